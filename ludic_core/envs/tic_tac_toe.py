@@ -1,0 +1,398 @@
+"""Tic-tac-toe: exact game logic, a single-agent env against a scripted
+opponent, a two-agent duel env, and scripted players.
+
+Boards are 9-char strings of 'X', 'O', '.' in row-major order. Models and
+actions use cell numbers 1..9; the code uses indices 0..8 internally. The game
+is tiny, so minimax is exact and memoised: it gives the opponent, the
+`optimal_moves` diagnostics and the scripted players for free.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from functools import lru_cache
+from typing import Any, Callable, Iterable, Literal
+
+from ludic_core.envs.base import LudicEnv
+from ludic_core.envs.single_agent import SingleAgentEnv
+from ludic_core.types import Message, StepOutcome
+
+__all__ = [
+    "EMPTY_BOARD",
+    "RESULT_REWARDS",
+    "ILLEGAL_MOVE_REWARD",
+    "winner",
+    "legal_moves",
+    "minimax_moves",
+    "render_board",
+    "parse_observation",
+    "TicTacToeEnv",
+    "TicTacToeDuelEnv",
+    "scripted_tic_tac_toe_policy",
+]
+
+Mark = Literal["X", "O"]
+EMPTY_BOARD = "." * 9
+RESULT_REWARDS = {"win": 1.0, "draw": 0.5, "loss": 0.0}
+ILLEGAL_MOVE_REWARD = -1.0
+_OPPONENTS = ("random", "minimax")
+_POLICY_KINDS = ("minimax", "random", "first_legal")
+_LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
+_SYSPROMPT = (
+    "You play tic-tac-toe; cells are numbered 1-9 row by row. "
+    "Answer with the cell number inside <move></move> tags, e.g. <move>5</move>."
+)
+_BOARD_RE = re.compile(
+    r"^[ \t]*([XO.]{3})[ \t]*\r?\n[ \t]*([XO.]{3})[ \t]*\r?\n[ \t]*([XO.]{3})[ \t]*$", re.M
+)
+_MARK_RE = re.compile(r"You are ([XO])\b")
+
+
+# --------------------------------------------------------------- game logic
+
+
+def _as_board(board: str | Iterable[str]) -> str:
+    b = board if isinstance(board, str) else "".join(board)
+    if len(b) != 9 or set(b) - set("XO."):
+        raise ValueError(f"board must be 9 cells of 'X', 'O' or '.', got {board!r}")
+    return b
+
+
+def _check_mark(mark: str, what: str) -> None:
+    if mark not in ("X", "O"):
+        raise ValueError(f"{what} must be 'X' or 'O', got {mark!r}")
+
+
+def _other(mark: str) -> str:
+    return "O" if mark == "X" else "X"
+
+
+def _winner(b: str) -> str | None:
+    for i, j, k in _LINES:
+        if b[i] != "." and b[i] == b[j] == b[k]:
+            return b[i]
+    return None
+
+
+def _place(b: str, index: int, mark: str) -> str:
+    return b[:index] + mark + b[index + 1 :]
+
+
+def _result(b: str, mark: str) -> str | None:
+    """'win' / 'loss' / 'draw' from `mark`'s side, or None while in play."""
+    w = _winner(b)
+    if w is not None:
+        return "win" if w == mark else "loss"
+    return "draw" if "." not in b else None
+
+
+def winner(board: str | Iterable[str]) -> str | None:
+    """'X' or 'O' if that mark has three in a line, else None."""
+    return _winner(_as_board(board))
+
+
+def legal_moves(board: str | Iterable[str]) -> list[int]:
+    """Empty cells (1-based); [] once the game is won or the board is full."""
+    b = _as_board(board)
+    return [] if _winner(b) else [i + 1 for i, c in enumerate(b) if c == "."]
+
+
+def _move_score(b: str, index: int, player: str) -> int:
+    """Score of `player` playing `index`: +(1 + empty cells left) for a win, so
+    faster wins score higher (and slower losses lose less), 0 for a draw."""
+    nb = _place(b, index, player)
+    if _winner(nb) == player:
+        return 1 + nb.count(".")
+    if "." not in nb:
+        return 0
+    return -_best_score(nb, _other(player))
+
+
+@lru_cache(maxsize=None)
+def _best_score(b: str, player: str) -> int:
+    return max(_move_score(b, i, player) for i, c in enumerate(b) if c == ".")
+
+
+@lru_cache(maxsize=None)
+def _optimal(b: str, player: str) -> tuple[int, ...]:
+    if _winner(b) or "." not in b:
+        return ()
+    scores = {i: _move_score(b, i, player) for i, c in enumerate(b) if c == "."}
+    best = max(scores.values())
+    return tuple(i + 1 for i, s in scores.items() if s == best)
+
+
+def minimax_moves(board: str | Iterable[str], player: str) -> list[int]:
+    """All optimal cells (1-based) for `player` to move.
+
+    Optimal = best game value (win > draw > loss), ties broken by speed (win
+    sooner, lose later), so a move that wins now is the only optimal one.
+    Returns [] for a finished game.
+    """
+    _check_mark(player, "player")
+    return list(_optimal(_as_board(board), player))
+
+
+def render_board(board: str | Iterable[str]) -> str:
+    b = _as_board(board)
+    return f"{b[0:3]}\n{b[3:6]}\n{b[6:9]}"
+
+
+# ------------------------------------------------------------- observations
+
+
+def _obs(b: str, mark: str, status: str) -> str:
+    return f"Board:\n{render_board(b)}\nYou are {mark}. {status}"
+
+
+def _prompt_obs(b: str, mark: str) -> str:
+    return _obs(b, mark, "Your move (1-9).")
+
+
+def _end_obs(b: str, mark: str, result: str) -> str:
+    status = {
+        "win": "You won.",
+        "draw": "Draw.",
+        "loss": "You lost.",
+        "illegal": "Illegal move, you lose.",
+        "opponent_illegal": "Opponent made an illegal move. Game over.",
+    }[result]
+    return _obs(b, mark, status)
+
+
+def _turn_info(b: str, mark: str) -> dict[str, Any]:
+    return {"board": b, "legal_moves": legal_moves(b), "optimal_moves": list(_optimal(b, mark))}
+
+
+def _parse_action(action: str, b: str) -> tuple[int | None, str | None]:
+    """(index 0..8, None) for a legal move, else (None, why it is illegal)."""
+    text = action.strip() if isinstance(action, str) else action
+    if not isinstance(text, str) or len(text) != 1 or text not in "123456789":
+        return None, f"{action!r} is not a cell number 1-9"
+    if b[int(text) - 1] != ".":
+        return None, f"cell {text} is already taken"
+    return int(text) - 1, None
+
+
+def parse_observation(text: str) -> tuple[str, str]:
+    """Recover (board, mark to play) from an observation, possibly with other
+    text around it. The last 3x3 grid wins; the mark comes from "You are X"
+    or, failing that, from the mark counts (X moves first)."""
+    boards = _BOARD_RE.findall(text)
+    if not boards:
+        raise ValueError(f"no tic-tac-toe board (3 lines of 'X', 'O', '.') in message: {text!r}")
+    b = "".join(boards[-1])
+    marks = _MARK_RE.findall(text)
+    mark = marks[-1] if marks else ("X" if b.count("X") == b.count("O") else "O")
+    return b, mark
+
+
+# ---------------------------------------------------------------------- envs
+
+
+class TicTacToeEnv(SingleAgentEnv):
+    """The agent plays one game against a scripted opponent.
+
+    Rewards: win 1.0, draw 0.5, loss 0.0, illegal move -1.0 (ends the game);
+    0.0 for moves that do not end it. Seeding `reset` fixes the opponent.
+    """
+
+    def __init__(
+        self, opponent: Literal["random", "minimax"] = "random", agent_mark: Mark = "X"
+    ) -> None:
+        super().__init__()
+        if opponent not in _OPPONENTS:
+            raise ValueError(f"unknown opponent kind {opponent!r}; expected one of {_OPPONENTS}")
+        _check_mark(agent_mark, "agent_mark")
+        self.opponent = opponent
+        self.agent_mark: str = agent_mark
+        self.opponent_mark = _other(agent_mark)
+        self._rng = random.Random()
+        self._board = EMPTY_BOARD
+        self._in_play = False
+
+    @property
+    def suggested_sysprompt(self) -> str:
+        return _SYSPROMPT
+
+    @property
+    def board(self) -> str:
+        return self._board
+
+    def env_reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        self._rng = random.Random(seed)
+        self._board = EMPTY_BOARD
+        self._in_play = True
+        info: dict[str, Any] = {}
+        if self.agent_mark == "O":
+            info["opponent_move"] = self._opponent_move()
+        info.update(_turn_info(self._board, self.agent_mark))
+        return _prompt_obs(self._board, self.agent_mark), info
+
+    def env_step(self, action: str) -> StepOutcome:
+        if not self._in_play:
+            raise RuntimeError("TicTacToeEnv: no game in progress; call reset() first")
+        index, error = _parse_action(action, self._board)
+        if index is None:
+            return self._finish("illegal", {"illegal_move": True, "error": error})
+        self._board = _place(self._board, index, self.agent_mark)
+        result = _result(self._board, self.agent_mark)
+        if result is not None:
+            return self._finish(result, {})
+        extra = {"opponent_move": self._opponent_move()}
+        result = _result(self._board, self.agent_mark)
+        if result is not None:
+            return self._finish(result, extra)
+        info = extra | _turn_info(self._board, self.agent_mark)
+        return StepOutcome(obs=_prompt_obs(self._board, self.agent_mark), reward=0.0, info=info)
+
+    def _opponent_move(self) -> int:
+        """Play the opponent's move; return its cell (1-based)."""
+        if self.opponent == "minimax":
+            choices = list(_optimal(self._board, self.opponent_mark))
+        else:
+            choices = legal_moves(self._board)
+        cell = self._rng.choice(choices)
+        self._board = _place(self._board, cell - 1, self.opponent_mark)
+        return cell
+
+    def _finish(self, result: str, info: dict[str, Any]) -> StepOutcome:
+        self._in_play = False
+        reward = ILLEGAL_MOVE_REWARD if result == "illegal" else RESULT_REWARDS[result]
+        return StepOutcome(
+            obs=_end_obs(self._board, self.agent_mark, result),
+            reward=reward,
+            terminated=True,
+            info=info | {"result": result, "board": self._board},
+        )
+
+
+class TicTacToeDuelEnv(LudicEnv):
+    """Two agents, "X" and "O", take turns; X starts.
+
+    Every step returns an outcome for both agents so each keeps its own
+    dialog: the mover sees the board after its move (reward 0), the other
+    sees it with "Your move". Terminal rewards: win 1, draw 0.5, loss 0. An
+    illegal move ends the game with -1 for the mover and 0.0 (not a win) for
+    the other agent: it did nothing to earn it, and a free win would reward
+    an agent for its opponent's format errors in self-play.
+    """
+
+    agent_ids = ["X", "O"]
+
+    def __init__(self) -> None:
+        self._board = EMPTY_BOARD
+        self._to_move: str | None = None
+
+    @property
+    def suggested_sysprompt(self) -> str:
+        return _SYSPROMPT
+
+    @property
+    def board(self) -> str:
+        return self._board
+
+    def reset(self, seed: int | None = None) -> dict[str, tuple[str, dict[str, Any]]]:
+        """`seed` is accepted for the interface; the duel itself has no randomness."""
+        self._board = EMPTY_BOARD
+        self._to_move = "X"
+        return {
+            "X": (_prompt_obs(self._board, "X"), _turn_info(self._board, "X")),
+            "O": (_obs(self._board, "O", "Waiting for X."), {"board": self._board}),
+        }
+
+    def active_agents(self) -> list[str]:
+        return [] if self._to_move is None else [self._to_move]
+
+    def step(self, actions: dict[str, str]) -> dict[str, StepOutcome]:
+        mover = self._to_move
+        if mover is None:
+            raise RuntimeError("TicTacToeDuelEnv: no game in progress; call reset() first")
+        if mover not in actions:
+            raise KeyError(f"TicTacToeDuelEnv.step needs an action for {mover!r} (its turn)")
+        if extra := sorted(set(actions) - {mover}):
+            raise ValueError(
+                f"TicTacToeDuelEnv: got actions for {extra}, but only {mover!r} may move"
+            )
+        other = _other(mover)
+        index, error = _parse_action(actions[mover], self._board)
+        if index is None:
+            self._to_move = None
+            info = {"board": self._board}
+            return {
+                mover: self._end(mover, "illegal", info | {"illegal_move": True, "error": error}),
+                other: self._end(other, "opponent_illegal", info),
+            }
+        self._board = _place(self._board, index, mover)
+        result = _result(self._board, mover)
+        if result is not None:
+            self._to_move = None
+            other_result = {"win": "loss", "loss": "win", "draw": "draw"}[result]
+            info = {"board": self._board}
+            return {
+                mover: self._end(mover, result, info),
+                other: self._end(other, other_result, info),
+            }
+        self._to_move = other
+        return {
+            # No observation for the mover until its next turn: the other's
+            # outcome carries the board, and a "waiting" message would only
+            # stack two user turns in the mover's dialog.
+            mover: StepOutcome(
+                obs=None,
+                reward=0.0,
+                info={"board": self._board},
+            ),
+            other: StepOutcome(
+                obs=_prompt_obs(self._board, other), reward=0.0, info=_turn_info(self._board, other)
+            ),
+        }
+
+    def _end(self, mark: str, result: str, info: dict[str, Any]) -> StepOutcome:
+        reward = {"illegal": ILLEGAL_MOVE_REWARD, "opponent_illegal": 0.0}.get(result)
+        return StepOutcome(
+            obs=_end_obs(self._board, mark, result),
+            reward=RESULT_REWARDS[result] if reward is None else reward,
+            terminated=True,
+            info=info | {"result": result},
+        )
+
+
+# ---------------------------------------------------------- scripted players
+
+
+def _last_user_text(messages: list[Message]) -> str:
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+            raise ValueError(f"last user message has non-text content: {content!r}")
+    raise ValueError("no user message to read a tic-tac-toe board from")
+
+
+def scripted_tic_tac_toe_policy(
+    kind: Literal["minimax", "random", "first_legal"], seed: int | None = None
+) -> Callable[[list[Message]], str]:
+    """A plain-Python player: reads the board from the last user message and
+    answers exactly as the model is asked to ("<move>5</move>"). Useful as an
+    opponent, a baseline, or to test protocols without a model."""
+    if kind not in _POLICY_KINDS:
+        raise ValueError(f"unknown scripted policy kind {kind!r}; expected one of {_POLICY_KINDS}")
+    rng = random.Random(seed)
+
+    def policy(messages: list[Message]) -> str:
+        board, mark = parse_observation(_last_user_text(messages))
+        moves = legal_moves(board)
+        if not moves:
+            raise ValueError(f"the game on board {board!r} is over; there is no move to make")
+        if kind == "minimax":
+            cell = rng.choice(minimax_moves(board, mark))
+        elif kind == "random":
+            cell = rng.choice(moves)
+        else:
+            cell = moves[0]
+        return f"<move>{cell}</move>"
+
+    return policy

@@ -1,0 +1,35 @@
+"""Inference clients: the `ChatClient` seam and its backends.
+
+`LocalChatClient` imports torch/transformers lazily (through this package's
+attribute access) so configs and specs load anywhere.
+"""
+
+from typing import Any
+
+from ludic_core.inference.client import ChatClient
+from ludic_core.inference.sampling import (
+    ChatCompletionRequest,
+    InferenceSpec,
+    ReturnSpec,
+    SamplingConfig,
+)
+from ludic_core.inference.scripted import ScriptedChatClient, ScriptedPolicy
+
+__all__ = [
+    "ChatClient",
+    "ChatCompletionRequest",
+    "InferenceSpec",
+    "LocalChatClient",
+    "ReturnSpec",
+    "SamplingConfig",
+    "ScriptedChatClient",
+    "ScriptedPolicy",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "LocalChatClient":
+        from ludic_core.inference.local import LocalChatClient
+
+        return LocalChatClient
+    raise AttributeError(name)

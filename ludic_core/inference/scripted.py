@@ -1,0 +1,69 @@
+"""`ScriptedChatClient`: a plain Python policy behind the `ChatClient` seam.
+
+Why: a minimax tic-tac-toe player, a random-legal baseline or a rule-based
+teacher can then play through exactly the same agent / protocol / rollout
+stack as an LLM, so rejection sampling from a scripted teacher yields rollouts
+with real token traces (when given a tokenizer) ready for SFT.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Awaitable, Callable, Mapping, Union
+
+from ludic_core.inference.sampling import ChatCompletionRequest
+from ludic_core.types import ChatResponse, Message
+
+__all__ = ["ScriptedChatClient", "ScriptedPolicy"]
+
+ScriptedPolicy = Callable[[list[Message]], Union[str, Awaitable[str]]]
+
+
+class ScriptedChatClient:
+    """Answers each request with `policy(messages)`.
+
+    With a `tokenizer`, prompt ids come from its chat template and completion ids
+    are the encoded reply plus eos, so the trace is what an LLM would have to
+    emit; completion log-probs are None (a script has no distribution).
+    """
+
+    def __init__(self, policy: ScriptedPolicy, tokenizer: Any | None = None) -> None:
+        if not callable(policy):
+            raise TypeError("policy must be a callable taking the chat messages")
+        self.policy = policy
+        self.tokenizer = tokenizer
+        self.policy_version = 0
+
+    async def complete(self, request: ChatCompletionRequest) -> tuple[ChatResponse, dict[str, Any]]:
+        messages = request.message_list()
+        reply = self.policy(messages)
+        if inspect.isawaitable(reply):
+            reply = await reply
+        if not isinstance(reply, str):
+            raise TypeError(f"scripted policy returned {type(reply).__name__}, expected str")
+        prompt_ids: list[int] = []
+        completion_ids: list[int] = []
+        if self.tokenizer is not None:
+            text = self.tokenizer.apply_chat_template(
+                messages,
+                tools=list(request.tools) if request.tools else None,
+                add_generation_prompt=True,
+                tokenize=False,
+            )
+            prompt_ids = list(self.tokenizer.encode(text, add_special_tokens=False))
+            completion_ids = list(self.tokenizer.encode(reply, add_special_tokens=False))
+            completion_ids.append(self.tokenizer.eos_token_id)
+        resp = ChatResponse(
+            text=reply,
+            prompt_token_ids=prompt_ids,
+            completion_token_ids=completion_ids,
+            completion_logprobs=None,
+            finish_reason="stop",
+            policy_version=self.policy_version,
+        )
+        return resp, {"backend": "scripted"}
+
+    def sync_weights(self, params: Mapping[str, Any], *, version: int) -> int:
+        """A script has no weights; only the version moves (keeps the seam uniform)."""
+        self.policy_version = int(version)
+        return self.policy_version

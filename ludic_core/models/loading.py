@@ -1,0 +1,32 @@
+"""Load any causal LM directory or hub id (a tiny offline build included)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+__all__ = ["load_model_and_tokenizer"]
+
+
+def load_model_and_tokenizer(
+    path: str | Path, *, dtype: str = "float32", device: str = "cpu"
+) -> tuple[Any, Any]:
+    """Return (model in eval mode, tokenizer) for `path`.
+
+    A tokenizer without a pad token gets its eos token as pad, since batched
+    generation needs one.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch_dtype = getattr(torch, dtype, None)
+    if not isinstance(torch_dtype, torch.dtype):
+        raise ValueError(f"unknown dtype {dtype!r} (try float32 or bfloat16)")
+    tok = AutoTokenizer.from_pretrained(str(path))
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    if tok.chat_template is None:
+        raise ValueError(f"tokenizer at {path} has no chat template; agents need one")
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype).to(device)
+    model.eval()
+    return model, tok

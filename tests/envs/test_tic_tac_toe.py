@@ -1,0 +1,346 @@
+import random
+
+import pytest
+
+from ludic_core.envs import (
+    LudicEnv,
+    SingleAgentEnv,
+    TicTacToeDuelEnv,
+    TicTacToeEnv,
+    scripted_tic_tac_toe_policy,
+)
+from ludic_core.envs.tic_tac_toe import (
+    legal_moves,
+    minimax_moves,
+    parse_observation,
+    render_board,
+    winner,
+)
+
+
+def _user(text: str) -> list[dict]:
+    return [{"role": "system", "content": "sys"}, {"role": "user", "content": text}]
+
+
+def _cell(move_text: str) -> str:
+    assert move_text.startswith("<move>") and move_text.endswith("</move>"), move_text
+    return move_text[len("<move>") : -len("</move>")]
+
+
+# ---------------------------------------------------------------- game logic
+
+
+def test_winner_and_legal_moves():
+    assert winner("XXXOO....") == "X"
+    assert winner("O..O..O.X") == "O"
+    assert winner("X...X...X") == "X"
+    assert winner("..O.O.O..") == "O"
+    assert winner("XOXXOOOXX") is None
+    assert legal_moves("X.O.X.O..") == [2, 4, 6, 8, 9]
+    assert legal_moves("XXXOO....") == []  # game is over
+    assert legal_moves(tuple("X........")) == [2, 3, 4, 5, 6, 7, 8, 9]
+
+
+def test_bad_board_is_rejected():
+    with pytest.raises(ValueError, match="9 cells"):
+        winner("XX")
+    with pytest.raises(ValueError, match="9 cells"):
+        legal_moves("XXaO.....")
+    with pytest.raises(ValueError, match="player"):
+        minimax_moves("." * 9, "Z")
+
+
+def test_render_board():
+    assert render_board("X.O.X...O") == "X.O\n.X.\n..O"
+
+
+def test_minimax_empty_board_all_moves_draw():
+    assert minimax_moves("." * 9, "X") == list(range(1, 10))
+
+
+def test_minimax_completes_win():
+    # XX. / OO. / ... : X wins at 3 now (O threatens 6, so nothing else is as good).
+    assert minimax_moves("XX.OO....", "X") == [3]
+    # O to move: winning on the 3-5-7 diagonal also blocks X's top row.
+    assert minimax_moves("XX..O.O.X", "O") == [3]
+
+
+def test_minimax_blocks():
+    # X..OO.X.. : O threatens row 4-5-6 and X has no immediate win -> block at 6.
+    assert minimax_moves("X..OO.X..", "X") == [6]
+
+
+def test_minimax_known_openings():
+    assert minimax_moves("X........", "O") == [5]  # corner opening: only the centre holds
+    assert minimax_moves("....X....", "O") == [1, 3, 7, 9]  # centre opening: only corners hold
+
+
+def test_minimax_finished_game():
+    assert minimax_moves("XXXOO....", "O") == []
+    assert minimax_moves("XOXXOOOXX", "X") == []
+
+
+# --------------------------------------------------------- single-agent env
+
+
+def test_env_interface_and_reset_observation():
+    env = TicTacToeEnv()
+    assert isinstance(env, SingleAgentEnv) and isinstance(env, LudicEnv)
+    out = env.reset(seed=0)
+    obs, info = out["agent_0"]
+    assert obs == "Board:\n...\n...\n...\nYou are X. Your move (1-9)."
+    assert info["legal_moves"] == list(range(1, 10))
+    assert info["optimal_moves"] == list(range(1, 10))
+    assert env.active_agents() == ["agent_0"]
+    assert "<move>" in env.suggested_sysprompt and "\n" not in env.suggested_sysprompt
+
+
+def test_agent_as_o_gets_opponent_first_move():
+    env = TicTacToeEnv(opponent="random", agent_mark="O")
+    obs, info = env.env_reset(seed=3)
+    assert env.board.count("X") == 1 and env.board.count("O") == 0
+    assert obs.endswith("You are O. Your move (1-9).")
+    assert render_board(env.board) in obs
+    assert len(info["legal_moves"]) == 8
+    assert info["opponent_move"] == env.board.index("X") + 1
+
+
+def test_win_reward():
+    env = TicTacToeEnv(opponent="random")
+    env.reset(seed=0)
+    # Force a position: X at 1,2; O at 4,5; X to play 3.
+    env._board = "XX.OO...."
+    out = env.step({"agent_0": "3"})["agent_0"]
+    assert out.reward == 1.0 and out.terminated and out.info["result"] == "win"
+    assert env.active_agents() == []
+
+
+def test_loss_reward():
+    env = TicTacToeEnv(opponent="minimax")
+    env.reset(seed=0)
+    env._board = "X..OO.X.."  # agent X fails to block 6; minimax O wins there
+    out = env.env_step("9")
+    assert out.terminated and out.reward == 0.0 and out.info["result"] == "loss"
+    assert out.info["opponent_move"] == 6
+
+
+def test_draw_reward():
+    env = TicTacToeEnv(opponent="minimax")
+    env.reset(seed=0)
+    env._board = "XOXXOOOX."  # last cell left
+    out = env.env_step("9")
+    assert out.reward == 0.5 and out.terminated and out.info["result"] == "draw"
+
+
+@pytest.mark.parametrize("action", ["0", "10", "abc", "", "5 5", "<move>5</move>"])
+def test_illegal_action_strings(action):
+    env = TicTacToeEnv()
+    env.reset(seed=0)
+    out = env.step({"agent_0": action})["agent_0"]
+    assert out.reward == -1.0 and out.terminated
+    assert out.info["illegal_move"] is True and out.info["result"] == "illegal"
+    assert repr(action) in out.info["error"]
+    assert env.active_agents() == []
+
+
+def test_occupied_cell_is_illegal_and_whitespace_ok():
+    env = TicTacToeEnv(agent_mark="O")
+    env.reset(seed=1)
+    taken = env.board.index("X") + 1
+    out = env.env_step(f" {taken}\n")
+    assert out.reward == -1.0 and out.info["illegal_move"] and "taken" in out.info["error"]
+    env.reset(seed=1)
+    free = legal_moves(env.board)[0]
+    out = env.env_step(f"  {free} ")
+    assert out.reward == 0.0 and not out.terminated
+    assert "optimal_moves" in out.info and "legal_moves" in out.info
+
+
+def test_step_after_game_over_raises():
+    env = TicTacToeEnv()
+    env.reset(seed=0)
+    env.env_step("x")
+    with pytest.raises(RuntimeError, match="reset"):
+        env.env_step("1")
+
+
+def test_unknown_opponent_and_mark():
+    with pytest.raises(ValueError, match="opponent kind 'smart'"):
+        TicTacToeEnv(opponent="smart")
+    with pytest.raises(ValueError, match="agent_mark"):
+        TicTacToeEnv(agent_mark="Z")
+
+
+def _play_random_agent(env: TicTacToeEnv, seed: int) -> tuple[list[str], float, str]:
+    rng = random.Random(1000 + seed)
+    obs, info = env.env_reset(seed=seed)
+    trace = [obs]
+    while True:
+        out = env.env_step(str(rng.choice(info["legal_moves"])))
+        trace.append(out.obs)
+        if out.terminated:
+            return trace, out.reward, out.info["result"]
+        info = out.info
+
+
+@pytest.mark.parametrize("mark", ["X", "O"])
+def test_minimax_opponent_never_loses(mark):
+    env = TicTacToeEnv(opponent="minimax", agent_mark=mark)
+    results = [_play_random_agent(env, seed)[2] for seed in range(50)]
+    assert "win" not in results
+    assert "loss" in results  # a random agent does lose to minimax
+
+
+def test_determinism_per_seed():
+    env = TicTacToeEnv(opponent="random", agent_mark="O")
+    a = [_play_random_agent(env, s) for s in range(10)]
+    b = [_play_random_agent(env, s) for s in range(10)]
+    assert a == b
+    assert len({tuple(t) for t, _, _ in a}) > 1  # different seeds, different games
+
+
+def test_non_terminal_reward_and_optimal_info():
+    env = TicTacToeEnv(opponent="minimax")
+    env.reset(seed=0)
+    out = env.env_step("1")
+    assert out.reward == 0.0 and not out.terminated
+    assert out.info["opponent_move"] == 5  # the only reply that holds the corner opening
+    board = env.board
+    assert out.info["optimal_moves"] == minimax_moves(board, "X")
+    assert out.info["legal_moves"] == legal_moves(board)
+    assert out.obs == f"Board:\n{render_board(board)}\nYou are X. Your move (1-9)."
+
+
+# ------------------------------------------------------------------ duel env
+
+
+def test_duel_alternates_and_returns_both_outcomes():
+    env = TicTacToeDuelEnv()
+    assert env.agent_ids == ["X", "O"]
+    start = env.reset(seed=0)
+    assert set(start) == {"X", "O"}
+    assert start["X"][0].endswith("You are X. Your move (1-9).")
+    assert start["X"][1]["optimal_moves"] == list(range(1, 10))
+    assert env.active_agents() == ["X"]
+
+    out = env.step({"X": "5"})
+    assert set(out) == {"X", "O"}
+    assert out["X"].reward == 0.0 and not out["X"].terminated
+    assert "....X...." == out["X"].info["board"]
+    assert out["X"].obs is None  # the mover waits silently; O gets the board
+    assert out["O"].obs.endswith("You are O. Your move (1-9).")
+    assert out["O"].info["optimal_moves"] == [1, 3, 7, 9]
+    assert env.active_agents() == ["O"]
+
+    with pytest.raises(KeyError, match="'O'"):
+        env.step({"X": "1"})
+    with pytest.raises(ValueError, match="only 'O' may move"):
+        env.step({"O": "1", "X": "2"})
+
+
+def test_duel_win_and_loss():
+    env = TicTacToeDuelEnv()
+    env.reset()
+    for mark, cell in [("X", "1"), ("O", "4"), ("X", "2"), ("O", "5")]:
+        env.step({mark: cell})
+    out = env.step({"X": "3"})
+    assert out["X"].reward == 1.0 and out["X"].info["result"] == "win"
+    assert out["O"].reward == 0.0 and out["O"].info["result"] == "loss"
+    assert out["X"].terminated and out["O"].terminated
+    assert env.active_agents() == []
+    with pytest.raises(RuntimeError):
+        env.step({"X": "9"})
+
+
+def test_duel_draw():
+    env = TicTacToeDuelEnv()
+    env.reset()
+    # X O X / X O O / O X X
+    moves = ["1", "2", "3", "5", "4", "6", "8", "7", "9"]
+    for i, cell in enumerate(moves):
+        out = env.step({"XO"[i % 2]: cell})
+    assert out["X"].reward == 0.5 and out["O"].reward == 0.5
+    assert out["X"].info["result"] == out["O"].info["result"] == "draw"
+
+
+def test_duel_illegal_move():
+    env = TicTacToeDuelEnv()
+    env.reset()
+    env.step({"X": "5"})
+    out = env.step({"O": "5"})
+    assert out["O"].reward == -1.0 and out["O"].info["illegal_move"] is True
+    assert out["X"].reward == 0.0 and out["X"].terminated
+    assert env.active_agents() == []
+
+
+def test_duel_scripted_minimax_self_play_draws():
+    env = TicTacToeDuelEnv()
+    players = {m: scripted_tic_tac_toe_policy("minimax", seed=i) for i, m in enumerate("XO")}
+    for _ in range(5):
+        views = {m: [{"role": "user", "content": o}] for m, (o, _) in env.reset().items()}
+        while env.active_agents():
+            (mover,) = env.active_agents()
+            out = env.step({mover: _cell(players[mover](views[mover]))})
+            for m, o in out.items():
+                views[m].append({"role": "user", "content": o.obs})
+        assert out["X"].info["result"] == "draw"
+
+
+# --------------------------------------------------------- scripted policies
+
+
+def test_parse_observation():
+    text = "Some preamble.\nBoard:\nX.O\n.X.\n..O\nYou are O. Your move (1-9)."
+    assert parse_observation(text) == ("X.O.X...O", "O")
+    assert parse_observation("X..\n...\n...") == ("X........", "O")  # inferred from counts
+    with pytest.raises(ValueError, match="no tic-tac-toe board"):
+        parse_observation("hello")
+
+
+def test_scripted_policy_formats_and_errors():
+    obs = "Board:\nXX.\nOO.\n...\nYou are X. Your move (1-9)."
+    assert scripted_tic_tac_toe_policy("minimax")(_user(obs)) == "<move>3</move>"
+    assert scripted_tic_tac_toe_policy("first_legal")(_user(obs)) == "<move>3</move>"
+    assert _cell(scripted_tic_tac_toe_policy("random", seed=0)(_user(obs))) in set("36789")
+    # reads the LAST user message, not earlier ones or assistant turns
+    msgs = _user("Board:\n...\n...\n...\nYou are X. Your move (1-9).") + [
+        {"role": "assistant", "content": "<move>1</move>"},
+        {"role": "user", "content": "Board:\nX..\n...\n...\nYou are O. Your move (1-9)."},
+    ]
+    assert scripted_tic_tac_toe_policy("minimax")(msgs) == "<move>5</move>"
+    with pytest.raises(ValueError, match="no tic-tac-toe board"):
+        scripted_tic_tac_toe_policy("minimax")(_user("What is 2+2?"))
+    with pytest.raises(ValueError, match="no user message"):
+        scripted_tic_tac_toe_policy("minimax")([{"role": "system", "content": "x"}])
+    with pytest.raises(ValueError, match="kind 'best'"):
+        scripted_tic_tac_toe_policy("best")
+
+
+def test_scripted_minimax_policy_deterministic_per_seed():
+    obs = _user("Board:\n...\n...\n...\nYou are X. Your move (1-9).")
+    a = [scripted_tic_tac_toe_policy("minimax", seed=7)(obs) for _ in range(3)]
+    p, q = scripted_tic_tac_toe_policy("minimax", seed=7), scripted_tic_tac_toe_policy("minimax", 7)
+    assert [p(obs) for _ in range(20)] == [q(obs) for _ in range(20)]
+    assert len({p(obs) for _ in range(50)}) > 1  # uniform among all 9 optimal cells
+    assert len(set(a)) == 1
+
+
+@pytest.mark.parametrize("mark", ["X", "O"])
+def test_scripted_minimax_never_loses_vs_random(mark):
+    env = TicTacToeEnv(opponent="random", agent_mark=mark)
+    policy = scripted_tic_tac_toe_policy("minimax", seed=0)
+    results = []
+    for seed in range(100):
+        messages = [{"role": "system", "content": env.suggested_sysprompt}]
+        obs, _ = env.env_reset(seed=seed)
+        while True:
+            messages.append({"role": "user", "content": obs})
+            reply = policy(messages)
+            messages.append({"role": "assistant", "content": reply})
+            out = env.env_step(_cell(reply))
+            obs = out.obs
+            if out.terminated:
+                results.append(out.info["result"])
+                break
+    assert "loss" not in results and "illegal" not in results
+    assert results.count("win") > 50

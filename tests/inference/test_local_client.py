@@ -1,0 +1,143 @@
+"""LocalChatClient against the model it wraps: log-probs, limits, seeds, weights."""
+
+import asyncio
+
+import pytest
+import torch
+
+from ludic_core.inference import ChatCompletionRequest, LocalChatClient, SamplingConfig
+
+
+@pytest.fixture(scope="module")
+def client(tiny_model_dir):
+    return LocalChatClient(tiny_model_dir)
+
+
+def _req(text: str, **sampling) -> ChatCompletionRequest:
+    return ChatCompletionRequest(
+        messages=[{"role": "user", "content": text}], sampling=SamplingConfig(**sampling)
+    )
+
+
+def _teacher_forced(model, resp, temperature: float, top_p: float = 1.0) -> list[float]:
+    ids = torch.tensor([resp.prompt_token_ids + resp.completion_token_ids])
+    with torch.no_grad():
+        logits = model(ids).logits[0].float()
+    logp = torch.log_softmax(logits / temperature, dim=-1)
+    start = len(resp.prompt_token_ids) - 1
+    out = []
+    for i, tok in enumerate(resp.completion_token_ids):
+        row = logp[start + i]
+        if top_p < 1.0:
+            probs, order = torch.sort(row.exp(), descending=True)
+            keep = (probs.cumsum(0) - probs) < top_p
+            kept = order[keep]
+            row = torch.full_like(row, float("-inf"))
+            row[kept] = torch.log_softmax(logp[start + i][kept], dim=-1)
+        out.append(float(row[tok]))
+    return out
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_logprobs_match_teacher_forced_forward(client, temperature):
+    reqs = [_req(f"prompt number {i}", temperature=temperature, max_tokens=24, seed=i) for i in range(8)]
+
+    async def run():
+        return await asyncio.gather(*[client.complete(r) for r in reqs])
+
+    results = asyncio.run(run())
+    worst = 0.0
+    for resp, info in results:
+        assert len(resp.completion_logprobs) == len(resp.completion_token_ids) > 0
+        ref = _teacher_forced(client.model, resp, temperature)
+        worst = max(worst, max(abs(a - b) for a, b in zip(ref, resp.completion_logprobs)))
+    assert worst < 1e-4, worst
+    # Arriving together, the 8 requests were decoded as one batch.
+    assert {info["batch_size"] for _, info in results} == {8}
+
+
+def test_top_p_logprobs_are_renormalised_over_the_nucleus(client):
+    resp, _ = asyncio.run(client.complete(_req("nucleus", temperature=1.0, top_p=0.5, max_tokens=16, seed=3)))
+    ref = _teacher_forced(client.model, resp, 1.0, top_p=0.5)
+    assert max(abs(a - b) for a, b in zip(ref, resp.completion_logprobs)) < 1e-4
+
+
+def test_max_tokens_gives_length_finish(client):
+    resp, _ = asyncio.run(client.complete(_req("x", temperature=1.0, max_tokens=5, seed=1)))
+    # A random tiny model practically never emits eos within 5 tokens.
+    assert resp.finish_reason == "length"
+    assert len(resp.completion_token_ids) == 5
+
+
+def test_seed_reproduces_and_different_seeds_differ(client):
+    a, _ = asyncio.run(client.complete(_req("seeded", max_tokens=20, seed=42)))
+    b, _ = asyncio.run(client.complete(_req("seeded", max_tokens=20, seed=42)))
+    c, _ = asyncio.run(client.complete(_req("seeded", max_tokens=20, seed=43)))
+    assert a.completion_token_ids == b.completion_token_ids
+    assert a.completion_token_ids != c.completion_token_ids
+
+
+def test_seeded_sample_does_not_depend_on_batch_mates(client):
+    alone, _ = asyncio.run(client.complete(_req("who am I", max_tokens=12, seed=5)))
+
+    async def crowd():
+        others = [client.complete(_req("noise " * (i + 1), max_tokens=12, seed=100 + i)) for i in range(5)]
+        return await asyncio.gather(client.complete(_req("who am I", max_tokens=12, seed=5)), *others)
+
+    together = asyncio.run(crowd())[0][0]
+    assert together.completion_token_ids == alone.completion_token_ids
+
+
+def test_stop_string_cuts_text_and_sets_stop(client, tiny_model_and_tokenizer):
+    # Greedy output is deterministic: find a substring it will produce, then stop on it.
+    free, _ = asyncio.run(client.complete(_req("stop test", temperature=0.0, max_tokens=30)))
+    text = free.text
+    assert len(text) >= 6
+    stop = text[3:5]
+    cut, _ = asyncio.run(client.complete(_req("stop test", temperature=0.0, max_tokens=30, stop=[stop])))
+    assert cut.finish_reason == "stop"
+    assert cut.text == text[: text.find(stop)]
+    assert stop not in cut.text
+    assert cut.completion_token_ids == free.completion_token_ids[: len(cut.completion_token_ids)]
+
+
+def test_eos_token_ends_generation_with_stop(tiny_model_dir):
+    """Declare the greedy first token an eos id: generation must stop right there."""
+    c = LocalChatClient(tiny_model_dir)
+    free, _ = asyncio.run(c.complete(_req("end", temperature=0.0, max_tokens=10)))
+    assert free.finish_reason == "length"
+    first = free.completion_token_ids[0]
+    c._decoder.eos_ids = {first}
+    resp, _ = asyncio.run(c.complete(_req("end", temperature=0.0, max_tokens=10)))
+    assert resp.finish_reason == "stop"
+    assert resp.completion_token_ids == [first]
+
+
+def test_sync_weights_changes_outputs_and_version(tiny_model_dir):
+    c = LocalChatClient(tiny_model_dir)
+    before, _ = asyncio.run(c.complete(_req("weights", temperature=0.0, max_tokens=12)))
+    assert before.policy_version == 0
+    new = {k: v + 0.05 * torch.randn_like(v) for k, v in c.model.state_dict().items()}
+    assert c.sync_weights(new, version=1) == 1
+    after, _ = asyncio.run(c.complete(_req("weights", temperature=0.0, max_tokens=12)))
+    assert after.policy_version == 1
+    assert after.completion_token_ids != before.completion_token_ids
+    assert torch.equal(c.model.state_dict()["lm_head.weight"], new["lm_head.weight"])
+
+
+def test_sync_weights_refuses_bad_shape_and_unknown_name_atomically(tiny_model_dir):
+    c = LocalChatClient(tiny_model_dir)
+    state = {k: v.clone() for k, v in c.model.state_dict().items()}
+    bad = {"lm_head.weight": torch.zeros(3, 3), "model.norm.weight": torch.zeros_like(state["model.norm.weight"]),
+           "no.such.param": torch.zeros(1)}
+    with pytest.raises(ValueError, match=r"no\.such\.param.*lm_head\.weight: got \(3, 3\)"):
+        c.sync_weights(bad, version=9)
+    assert c.policy_version == 0
+    for k, v in c.model.state_dict().items():
+        assert torch.equal(v, state[k]), k
+
+
+def test_prompt_longer_than_context_is_a_clear_error(client):
+    long = "a" * (client.model.config.max_position_embeddings + 10)
+    with pytest.raises(ValueError, match="model's context"):
+        asyncio.run(client.complete(_req(long, max_tokens=4)))

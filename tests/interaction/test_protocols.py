@@ -1,0 +1,103 @@
+"""Interaction protocols with real agents: scripted players and the tiny LLM."""
+
+import asyncio
+import re
+
+import pytest
+
+from ludic_core.agents import Agent
+from ludic_core.envs import TicTacToeDuelEnv, TicTacToeEnv, scripted_tic_tac_toe_policy
+from ludic_core.inference import InferenceSpec, LocalChatClient, SamplingConfig, ScriptedChatClient
+from ludic_core.interaction import MultiAgentProtocol, SingleAgentSyncProtocol
+from ludic_core.parsers import ParseResult, xml_tag_parser
+
+
+def first_digit_parser(text: str) -> ParseResult:
+    """Lenient: the first digit 1-9 anywhere (lets an untrained model make moves)."""
+    m = re.search(r"[1-9]", text)
+    if m is None:
+        return ParseResult(None, -0.5, "Answer with a cell number 1-9.")
+    return ParseResult(m.group(0), 0.0)
+
+
+def _scripted(kind: str, seed: int, tok=None) -> Agent:
+    return Agent(ScriptedChatClient(scripted_tic_tac_toe_policy(kind, seed=seed), tok), parser=xml_tag_parser("move"))
+
+
+def test_single_agent_minimax_beats_or_draws_random():
+    results = []
+    for seed in range(20):
+        proto = SingleAgentSyncProtocol(_scripted("minimax", seed))
+        (r,) = asyncio.run(proto.run(TicTacToeEnv(opponent="random"), max_steps=9, env_seed=seed))
+        assert r.steps[-1].terminated and not r.meta["truncated"]
+        assert all(not s.info.get("parse_error") for s in r.steps)
+        results.append(r.total_reward)
+    assert min(results) >= 0.5 and max(results) == 1.0
+
+
+def test_parse_failure_is_a_synthetic_step_and_env_is_not_stepped():
+    replies = iter(["no tags here", "<move>5</move>"])
+    agent = Agent(ScriptedChatClient(lambda msgs: next(replies)), parser=xml_tag_parser("move", failure_penalty=-0.3))
+    env = TicTacToeEnv(opponent="random")
+    (r,) = asyncio.run(SingleAgentSyncProtocol(agent).run(env, max_steps=2, env_seed=0))
+    bad, good = r.steps
+    assert bad.info["parse_error"] is True and bad.reward == pytest.approx(-0.3)
+    assert bad.next_obs.startswith("Invalid format")
+    assert env.board.count("X") == 1  # only the second, valid move reached the env
+    assert good.info["parsed_action"] == "5" and good.prev_obs == bad.next_obs
+    # the synthetic observation was fed back to the agent as a user message
+    assert r.meta["truncated"] is True and good.truncated is True
+
+
+def test_max_steps_truncation_is_recorded():
+    agent = Agent(ScriptedChatClient(lambda msgs: "garbage"), parser=xml_tag_parser("move"))
+    (r,) = asyncio.run(SingleAgentSyncProtocol(agent).run(TicTacToeEnv(), max_steps=3, env_seed=1))
+    assert r.length == 3 and r.meta["truncated"] and r.steps[-1].truncated
+    assert r.total_reward == pytest.approx(-3.0)
+
+
+def test_single_agent_protocol_rejects_multi_agent_env():
+    with pytest.raises(ValueError, match="MultiAgentProtocol"):
+        asyncio.run(SingleAgentSyncProtocol(_scripted("random", 0)).run(TicTacToeDuelEnv(), max_steps=3))
+
+
+def test_duel_of_scripted_minimax_players_is_a_draw_seen_from_both_sides():
+    agents = {"X": _scripted("minimax", 1), "O": _scripted("minimax", 2)}
+    rx, ro = asyncio.run(MultiAgentProtocol(agents).run(TicTacToeDuelEnv(), max_steps=12))
+    assert (rx.meta["agent_id"], ro.meta["agent_id"]) == ("X", "O")
+    assert rx.meta["episode_id"] == ro.meta["episode_id"]
+    assert rx.length == 5 and ro.length == 4  # X makes 5 moves, O 4
+    assert rx.total_reward == 0.5 and ro.total_reward == 0.5  # O's draw arrives on X's last move
+    assert all("You are X" in s.prev_obs for s in rx.steps)
+    assert all("You are O" in s.prev_obs for s in ro.steps)
+
+
+def test_two_llm_agents_play_each_other(format_tuned_model_dir):
+    """The tiny LLM as both players: two rollouts per episode, each agent's own view."""
+    client = LocalChatClient(format_tuned_model_dir)
+    spec = InferenceSpec(sampling=SamplingConfig(temperature=1.0, max_tokens=12))
+
+    async def play(seed):
+        agents = {m: Agent(client, parser=xml_tag_parser("move"), inference=spec) for m in ("X", "O")}
+        return await MultiAgentProtocol(agents).run(TicTacToeDuelEnv(), max_steps=8, sampling_seed=seed)
+
+    async def many():
+        return await asyncio.gather(*[play(s) for s in range(8)])
+
+    episodes = asyncio.run(many())
+    moves = 0
+    for rx, ro in episodes:
+        assert rx.meta["agent_id"] == "X" and ro.meta["agent_id"] == "O"
+        for r, mark in ((rx, "X"), (ro, "O")):
+            for s in r.steps:
+                assert f"You are {mark}" in s.prev_obs or s.info.get("parse_error") or (
+                    r.steps[s.index - 1].info.get("parse_error")
+                )
+                assert s.trace is not None and len(s.trace.completion_logprobs) == len(s.trace.completion_token_ids) > 0
+                moves += "parsed_action" in s.info
+        if not rx.meta["truncated"]:
+            results = {rx.steps[-1].info.get("result"), ro.steps[-1].info.get("result")} if ro.steps else set()
+            assert rx.steps[-1].terminated
+            assert results <= {"win", "loss", "draw", "illegal", "opponent_illegal", None}
+    assert moves > 8  # the LLMs really moved, not only failed to parse
+    assert client.stats["max_batch"] >= 2  # concurrent episodes shared decode batches

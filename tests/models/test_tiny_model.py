@@ -1,0 +1,47 @@
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from ludic_core.models import PRESETS, build_tiny_model
+
+
+def test_tiny_model_reloads_with_auto_classes(tiny_model_dir):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    n_params = sum(p.numel() for p in model.parameters())
+    assert 0.5e6 < n_params < 1.5e6
+    text = "Board:\nX.O\n.X.\n..O\nYou are O. ünïcode"
+    ids = tok.encode(text, add_special_tokens=False)
+    assert tok.decode(ids) == text  # byte level: every string round-trips
+    assert model.config.vocab_size == len(tok)
+    assert not model.config.tie_word_embeddings
+
+
+def test_chat_template_renders_chatml(tiny_model_dir):
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "hi"}]
+    text = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+    assert text == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert tok.eos_token == "<|im_end|>"
+
+
+def test_build_is_deterministic_per_seed(tmp_path):
+    a = AutoModelForCausalLM.from_pretrained(build_tiny_model(tmp_path / "a", seed=1))
+    b = AutoModelForCausalLM.from_pretrained(build_tiny_model(tmp_path / "b", seed=1))
+    c = AutoModelForCausalLM.from_pretrained(build_tiny_model(tmp_path / "c", seed=2))
+    sa, sb, sc = a.state_dict(), b.state_dict(), c.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    assert not torch.equal(sa["lm_head.weight"], sc["lm_head.weight"])
+
+
+def test_refuses_to_overwrite_a_different_model(tmp_path):
+    build_tiny_model(tmp_path / "m", seed=1)
+    assert build_tiny_model(tmp_path / "m", seed=1) == tmp_path / "m"  # same build reused
+    with pytest.raises(FileExistsError, match="another model"):
+        build_tiny_model(tmp_path / "m", seed=2)
+
+
+def test_unknown_preset_is_named():
+    with pytest.raises(ValueError, match="tiny-2m"):
+        build_tiny_model("/nonexistent", "tiny-2m")
+    assert set(PRESETS) == {"tiny-1m", "tiny-10m"}
