@@ -57,7 +57,7 @@ def format_tuned_model_dir(tiny_model_dir, tmp_path_factory):
     torch.manual_seed(0)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    for step in range(40):
+    for step in range(50):
         batch = [traces[(step * 16 + i) % len(traces)] for i in range(16)]
         width = max(len(t.prompt_token_ids) + len(t.completion_token_ids) for t in batch)
         ids = torch.full((16, width), tok.pad_token_id)

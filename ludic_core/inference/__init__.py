@@ -7,6 +7,7 @@ attribute access) so configs and specs load anywhere.
 from typing import Any
 
 from ludic_core.inference.client import ChatClient
+from ludic_core.inference.errors import ContextLengthError, InferenceServerError
 from ludic_core.inference.sampling import (
     ChatCompletionRequest,
     InferenceSpec,
@@ -18,6 +19,8 @@ from ludic_core.inference.scripted import ScriptedChatClient, ScriptedPolicy
 __all__ = [
     "ChatClient",
     "ChatCompletionRequest",
+    "ContextLengthError",
+    "InferenceServerError",
     "InferenceSpec",
     "LocalChatClient",
     "ReturnSpec",

@@ -24,6 +24,7 @@ from typing import Any, Mapping
 import torch
 
 from ludic_core.inference.batch_decoder import BatchDecoder, Generation
+from ludic_core.inference.errors import ContextLengthError
 from ludic_core.inference.sampling import ChatCompletionRequest
 from ludic_core.types import ChatResponse
 
@@ -79,7 +80,7 @@ class LocalChatClient:
     async def complete(self, request: ChatCompletionRequest) -> tuple[ChatResponse, dict[str, Any]]:
         prompt = self.encode_prompt(request)
         if len(prompt) >= self._decoder.max_len:  # fail this caller only, not its batch
-            raise ValueError(
+            raise ContextLengthError(
                 f"prompt has {len(prompt)} tokens; the model's context is {self._decoder.max_len}"
             )
         fut: asyncio.Future = asyncio.get_running_loop().create_future()

@@ -5,7 +5,8 @@ parse, the env is NOT stepped for it. Instead the agent gets a synthetic step
 with `info["parse_error"] = True`, the parser's reward (a penalty), and the
 parser's feedback as the next observation, which is fed back to the agent so it
 can try again. Every round (env step or failed attempt) counts towards
-`max_steps`; running out records the episode as truncated.
+`max_steps`; running out records the episode as truncated, and so does a
+prompt that outgrows the model's context (`meta["context_overflow"]`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import logging
 from typing import Any
 
 from ludic_core.envs.base import LudicEnv
+from ludic_core.inference.errors import ContextLengthError
 from ludic_core.inference.sampling import InferenceSpec
 from ludic_core.interaction.base import step_seed
 from ludic_core.interaction.collector import TraceCollector
@@ -70,7 +72,11 @@ class MultiAgentProtocol:
             active = env.active_agents()
             if not active:
                 return col.rollouts(truncated=False, error=None)
-            error = await self._round(env, col, active, ids, t, sampling_seed, inference)
+            try:
+                error = await self._round(env, col, active, ids, t, sampling_seed, inference)
+            except ContextLengthError as exc:
+                col.meta["context_overflow"] = str(exc)
+                return col.rollouts(truncated=True, error=None)
             if error is not None:
                 return col.rollouts(truncated=False, error=error)
         done = not env.active_agents()
@@ -88,6 +94,8 @@ class MultiAgentProtocol:
                 )
                 for a in active
             ])
+        except ContextLengthError:
+            raise
         except Exception as exc:  # noqa: BLE001 - e.g. inference failure; keep the steps
             log.warning("agent act failed at round %d: %r", t, exc)
             return f"agent act raised {exc!r} at round {t}"

