@@ -1,0 +1,152 @@
+"""Algorithm presets: an algorithm is a credit assigner + a loss (+ filters).
+
+The trainer knows nothing about REINFORCE vs GRPO: it optimises whatever loss
+it is given on SAW items weighted by whatever credit was assigned. So adding an
+algorithm means composing existing parts, not editing the trainer.
+
+A note on GRPO here: with one optimiser step per fresh batch the behaviour and
+current policies coincide, the ratio is exactly 1 and clipping never fires, so
+GRPO reduces to REINFORCE with a group-mean baseline (and std scaling). The
+clipped form matters once batches are reused or arrive stale (pipeline RL).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from ludic_core.batching.saw import SAWBatch, build_saw_batch
+from ludic_core.config import (
+    AlgorithmConfig,
+    CISPOConfig,
+    GRPOConfig,
+    GSPOConfig,
+    ReinforceBaselineConfig,
+    ReinforceConfig,
+    ScaleRLConfig,
+    SFTConfig,
+)
+from ludic_core.credit import (
+    ConstantCredit,
+    CreditAssigner,
+    EpisodicReturn,
+    GroupNormalizedReturn,
+    HybridNormalizedReturn,
+    MonteCarloReturn,
+    drop_zero_variance_groups,
+)
+from ludic_core.losses import (
+    CISPOLoss,
+    ClippedSurrogateLoss,
+    CompositeLoss,
+    EntropyBonus,
+    GSPOLoss,
+    Loss,
+    MaskedCrossEntropyLoss,
+    ReinforceBaselineLoss,
+    ReinforceLoss,
+    TokenKLLoss,
+)
+from ludic_core.types import Rollout
+
+__all__ = [
+    "RLAlgorithm",
+    "build_algorithm",
+    "make_reinforce",
+    "make_reinforce_baseline",
+    "make_grpo",
+    "make_gspo",
+    "make_cispo",
+    "make_sft",
+    "make_scalerl",
+]
+
+RolloutFilter = Callable[[list[Rollout]], tuple[list[Rollout], int]]
+
+
+@dataclass
+class RLAlgorithm:
+    name: str
+    credit_assigner: CreditAssigner
+    loss: Loss
+    #: ratio-based losses need the actor's sampling log-probs on every item
+    requires_actor_logprobs: bool = False
+    rollout_filters: list[RolloutFilter] = field(default_factory=list)
+
+    def prepare(self, rollouts: Sequence[Rollout], *, max_seq_len: int | None = None,
+                overlong: str = "error") -> SAWBatch:
+        """Filter rollouts, assign credit, build SAW items (filter counts in meta)."""
+        kept, dropped = list(rollouts), 0
+        for f in self.rollout_filters:
+            kept, n = f(kept)
+            dropped += n
+        weights = self.credit_assigner.compute(kept) if kept else []
+        batch = build_saw_batch(kept, weights, max_seq_len=max_seq_len, overlong=overlong)  # type: ignore[arg-type]
+        batch.meta["groups_filtered"] = dropped
+        return batch
+
+
+def make_reinforce(gamma: float = 1.0) -> RLAlgorithm:
+    credit = MonteCarloReturn(gamma) if gamma < 1.0 else EpisodicReturn()
+    return RLAlgorithm("reinforce", credit, ReinforceLoss())
+
+
+def make_reinforce_baseline() -> RLAlgorithm:
+    return RLAlgorithm("reinforce_baseline", EpisodicReturn(), ReinforceBaselineLoss())
+
+
+def make_grpo(*, group_size: int | None = None, normalize_std: bool = True, clip_low: float = 0.2,
+              clip_high: float = 0.2, kl_coef: float = 0.0, entropy_coef: float = 0.0) -> RLAlgorithm:
+    terms: list[tuple[str, Any, float]] = [("pg", ClippedSurrogateLoss(clip_low, clip_high), 1.0)]
+    if kl_coef > 0:
+        terms.append(("kl", TokenKLLoss(coef=kl_coef), 1.0))
+    if entropy_coef > 0:
+        terms.append(("entropy", EntropyBonus(coef=entropy_coef), 1.0))
+    loss = terms[0][1] if len(terms) == 1 else CompositeLoss(terms)
+    credit = GroupNormalizedReturn(normalize_std=normalize_std, expected_group_size=group_size)
+    return RLAlgorithm("grpo", credit, loss, requires_actor_logprobs=True)
+
+
+def make_gspo(*, group_size: int | None = None, clip_low: float = 3e-4, clip_high: float = 4e-4) -> RLAlgorithm:
+    credit = GroupNormalizedReturn(expected_group_size=group_size)
+    return RLAlgorithm("gspo", credit, GSPOLoss(clip_low, clip_high), requires_actor_logprobs=True)
+
+
+def make_cispo(*, group_size: int | None = None, eps_high: float = 2.0) -> RLAlgorithm:
+    credit = GroupNormalizedReturn(expected_group_size=group_size)
+    return RLAlgorithm("cispo", credit, CISPOLoss(eps_high=eps_high), requires_actor_logprobs=True)
+
+
+def make_sft() -> RLAlgorithm:
+    return RLAlgorithm("sft", ConstantCredit(1.0), MaskedCrossEntropyLoss())
+
+
+def make_scalerl(*, group_size: int | None = None, eps_high: float = 2.0) -> RLAlgorithm:
+    def zero_variance(rs: list[Rollout]) -> tuple[list[Rollout], int]:
+        return drop_zero_variance_groups(rs)
+
+    credit = HybridNormalizedReturn()
+    if group_size is not None:
+        credit.expected_group_size = group_size  # type: ignore[attr-defined]
+    return RLAlgorithm("scalerl", credit, CISPOLoss(eps_high=eps_high), requires_actor_logprobs=True,
+                       rollout_filters=[zero_variance])
+
+
+def build_algorithm(cfg: AlgorithmConfig) -> RLAlgorithm:
+    """The torch-side algorithm for a torch-free config."""
+    if isinstance(cfg, ReinforceConfig):
+        return make_reinforce(cfg.gamma)
+    if isinstance(cfg, ReinforceBaselineConfig):
+        return make_reinforce_baseline()
+    if isinstance(cfg, GRPOConfig):
+        return make_grpo(group_size=cfg.group_size, normalize_std=cfg.normalize_std, clip_low=cfg.clip_low,
+                         clip_high=cfg.clip_high, kl_coef=cfg.kl_coef, entropy_coef=cfg.entropy_coef)
+    if isinstance(cfg, GSPOConfig):
+        return make_gspo(group_size=cfg.group_size, clip_low=cfg.clip_low, clip_high=cfg.clip_high)
+    if isinstance(cfg, CISPOConfig):
+        return make_cispo(group_size=cfg.group_size, eps_high=cfg.eps_high)
+    if isinstance(cfg, SFTConfig):
+        return make_sft()
+    if isinstance(cfg, ScaleRLConfig):
+        return make_scalerl(group_size=cfg.group_size, eps_high=cfg.eps_high)
+    raise TypeError(f"unknown algorithm config {type(cfg).__name__}")

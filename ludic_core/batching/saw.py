@@ -1,0 +1,141 @@
+"""SAW items: (State, Action, Weight) — one model call, ready to train on.
+
+Built from rollouts' token traces, never by re-tokenising text: the ids the
+policy actually produced (and their sampling log-probs) are what the loss sees.
+A step's tool-call turns (`info["internal_traces"]`) become items too, with the
+step's weight: they are policy output as much as the final answer.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping, Sequence
+
+from ludic_core.types import Rollout, TokenTrace
+
+__all__ = ["SAWItem", "SAWBatch", "build_saw_batch"]
+
+
+@dataclass
+class SAWItem:
+    input_ids: list[int]
+    attention_mask: list[int]
+    action_mask: list[int]  # 1 on completion tokens (trained on), 0 on the prompt
+    weight: float  # the credit (advantage) of this model call
+    meta: dict[str, Any] = field(default_factory=dict)  # rollout_id, step_index, group_id, policy_version
+    actor_logprobs: list[float] | None = None  # aligned with input_ids, 0.0 off-action
+
+    def __post_init__(self) -> None:
+        n = len(self.input_ids)
+        if len(self.attention_mask) != n or len(self.action_mask) != n:
+            raise ValueError(
+                f"SAWItem masks must match input_ids length {n}: "
+                f"attention_mask {len(self.attention_mask)}, action_mask {len(self.action_mask)}"
+            )
+        if self.actor_logprobs is not None and len(self.actor_logprobs) != n:
+            raise ValueError(f"SAWItem actor_logprobs has {len(self.actor_logprobs)} entries for {n} tokens")
+        if not math.isfinite(self.weight):
+            raise ValueError(f"SAWItem weight must be finite, got {self.weight!r} ({self.meta})")
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def num_action_tokens(self) -> int:
+        return sum(self.action_mask)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "input_ids": self.input_ids,
+            "attention_mask": self.attention_mask,
+            "action_mask": self.action_mask,
+            "weight": self.weight,
+            "meta": self.meta,
+            "actor_logprobs": self.actor_logprobs,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SAWItem:
+        missing = [k for k in ("input_ids", "attention_mask", "action_mask", "weight") if k not in data]
+        if missing:
+            raise ValueError(f"SAWItem dict is missing {missing}")
+        return cls(
+            input_ids=[int(x) for x in data["input_ids"]],
+            attention_mask=[int(x) for x in data["attention_mask"]],
+            action_mask=[int(x) for x in data["action_mask"]],
+            weight=float(data["weight"]),
+            meta=dict(data.get("meta") or {}),
+            actor_logprobs=None if data.get("actor_logprobs") is None else [float(x) for x in data["actor_logprobs"]],
+        )
+
+
+@dataclass
+class SAWBatch:
+    items: list[SAWItem]
+    meta: dict[str, Any] = field(default_factory=dict)  # counts of what was dropped and why
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    @property
+    def has_actor_logprobs(self) -> bool:
+        return all(i.actor_logprobs is not None for i in self.items)
+
+
+def _item(trace: TokenTrace, weight: float, meta: dict[str, Any]) -> SAWItem:
+    p, c = len(trace.prompt_token_ids), len(trace.completion_token_ids)
+    lps = None
+    if trace.completion_logprobs is not None:
+        lps = [0.0] * p + list(trace.completion_logprobs)
+    return SAWItem(
+        input_ids=list(trace.prompt_token_ids) + list(trace.completion_token_ids),
+        attention_mask=[1] * (p + c),
+        action_mask=[0] * p + [1] * c,
+        weight=float(weight),
+        meta={**meta, "policy_version": trace.policy_version},
+        actor_logprobs=lps,
+    )
+
+
+def build_saw_batch(
+    rollouts: Sequence[Rollout],
+    weights: Sequence[Sequence[float]],
+    *,
+    max_seq_len: int | None = None,
+    overlong: Literal["error", "drop"] = "error",
+) -> SAWBatch:
+    """One item per model call of every step that carries a token trace.
+
+    `weights[i][j]` is step j of rollouts[i] (a credit assigner's output).
+    Items longer than `max_seq_len` raise (default) or are dropped and counted.
+    Steps without a trace (text-only clients) are skipped and counted.
+    """
+    if len(weights) != len(rollouts):
+        raise ValueError(f"got {len(weights)} weight lists for {len(rollouts)} rollouts")
+    items: list[SAWItem] = []
+    counts = {"rollouts": len(rollouts), "steps_without_trace": 0, "overlong_dropped": 0}
+    for r, ws in zip(rollouts, weights):
+        if len(ws) != len(r.steps):
+            raise ValueError(f"rollout {r.id}: {len(ws)} weights for {len(r.steps)} steps")
+        for step, w in zip(r.steps, ws):
+            traces = [TokenTrace.from_dict(t) for t in step.info.get("internal_traces", [])]
+            traces += [step.trace] if step.trace is not None else []
+            if not traces:
+                counts["steps_without_trace"] += 1
+            meta = {"rollout_id": r.id, "step_index": step.index, "group_id": r.meta.get("group_id"),
+                    "reward": r.total_reward}
+            for trace in traces:
+                if not trace.completion_token_ids:
+                    continue
+                item = _item(trace, w, meta)
+                if max_seq_len is not None and len(item) > max_seq_len:
+                    if overlong == "error":
+                        raise ValueError(
+                            f"rollout {r.id} step {step.index}: {len(item)} tokens exceed "
+                            f"max_seq_len={max_seq_len} (set overlong='drop' to drop and count)"
+                        )
+                    counts["overlong_dropped"] += 1
+                    continue
+                items.append(item)
+    return SAWBatch(items=items, meta=counts)

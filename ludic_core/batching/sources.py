@@ -1,0 +1,175 @@
+"""Batch sources: where the trainer's SAW batches come from.
+
+The trainer only calls `next_batch()`; whether items come from fresh rollouts
+(synchronous RL), a file (SFT, offline RL) or a queue (pipeline RL) is the
+source's business. `state_dict()` is the data position saved in checkpoints so
+a resumed run continues where it stopped instead of replaying data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from pathlib import Path
+from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+
+from ludic_core.batching.saw import SAWBatch, SAWItem
+from ludic_core.rollout.jsonl import read_rollouts
+from ludic_core.types import Message, Rollout
+
+__all__ = [
+    "BatchSource",
+    "RolloutBatchSource",
+    "OfflineBatchSource",
+    "chat_example_to_item",
+    "rollout_stats",
+]
+
+
+@runtime_checkable
+class BatchSource(Protocol):
+    def next_batch(self) -> SAWBatch: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+
+
+def rollout_stats(rollouts: Sequence[Rollout]) -> dict[str, float]:
+    ok = [r for r in rollouts if not r.failed]
+    n = max(len(ok), 1)
+    return {
+        "reward_mean": sum(r.total_reward for r in ok) / n,
+        "episode_len_mean": sum(r.length for r in ok) / n,
+        "rollouts": float(len(rollouts)),
+        "rollouts_failed": float(len(rollouts) - len(ok)),
+    }
+
+
+class RolloutBatchSource:
+    """Synchronous RL: every batch is fresh rollouts from the current policy.
+
+    `make_requests(batch_index)` returns the requests for one batch (so the
+    problem schedule is reproducible and resumable); `algorithm.prepare` turns
+    the rollouts into credit-weighted SAW items. Failed episodes are counted
+    and left out of training.
+    """
+
+    def __init__(
+        self,
+        engine: Any,
+        make_requests: Callable[[int], Sequence[Any]],
+        algorithm: Any,
+        *,
+        max_steps: int,
+        strategy: Any = None,
+        max_seq_len: int | None = None,
+    ) -> None:
+        self.engine = engine
+        self.make_requests = make_requests
+        self.algorithm = algorithm
+        self.max_steps = max_steps
+        self.strategy = strategy
+        self.max_seq_len = max_seq_len
+        self.batch_index = 0
+        self.last_rollouts: list[Rollout] = []
+
+    def next_batch(self) -> SAWBatch:
+        requests = self.make_requests(self.batch_index)
+        rollouts = asyncio.run(self.engine.generate_rollouts(
+            requests, max_steps=self.max_steps, strategy=self.strategy
+        ))
+        self.batch_index += 1
+        self.last_rollouts = rollouts
+        ok = [r for r in rollouts if not r.failed]
+        batch = self.algorithm.prepare(ok, max_seq_len=self.max_seq_len)
+        batch.meta.update(rollout_stats(rollouts))
+        return batch
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"batch_index": self.batch_index}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.batch_index = int(state.get("batch_index", 0))
+
+
+def chat_example_to_item(messages: Sequence[Message], tokenizer: Any, *, meta: dict | None = None) -> SAWItem:
+    """SFT item from a chat: train on the final assistant message (plus eos),
+    conditioned on everything before it rendered with the chat template."""
+    if not messages or messages[-1].get("role") != "assistant":
+        raise ValueError("a chat example must end with an assistant message (the training target)")
+    prompt_text = tokenizer.apply_chat_template(list(messages[:-1]), add_generation_prompt=True, tokenize=False)
+    prompt = list(tokenizer.encode(prompt_text, add_special_tokens=False))
+    completion = list(tokenizer.encode(messages[-1]["content"] or "", add_special_tokens=False))
+    completion.append(tokenizer.eos_token_id)
+    return SAWItem(
+        input_ids=prompt + completion,
+        attention_mask=[1] * (len(prompt) + len(completion)),
+        action_mask=[0] * len(prompt) + [1] * len(completion),
+        weight=1.0,
+        meta=dict(meta or {}),
+    )
+
+
+class OfflineBatchSource:
+    """Fixed data, shuffled per epoch: SAW items from rollout JSONL (weighted by
+    a credit assigner) or from chat examples ({"messages": [...]}) for SFT."""
+
+    def __init__(self, items: Sequence[SAWItem], *, batch_size: int, seed: int = 0) -> None:
+        if not items:
+            raise ValueError("OfflineBatchSource needs at least one item")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.items = list(items)
+        self.batch_size = batch_size
+        self.seed = seed
+        self.epoch = 0
+        self.position = 0
+        self._order = self._shuffled(0)
+
+    @classmethod
+    def from_rollouts_jsonl(cls, path: str | Path, algorithm: Any, *, batch_size: int, seed: int = 0,
+                            max_seq_len: int | None = None) -> OfflineBatchSource:
+        rollouts = [r for r in read_rollouts(path) if not r.failed]
+        return cls(algorithm.prepare(rollouts, max_seq_len=max_seq_len).items, batch_size=batch_size, seed=seed)
+
+    @classmethod
+    def from_chat_examples(cls, examples: Sequence[Mapping[str, Any]], tokenizer: Any, *, batch_size: int,
+                           seed: int = 0) -> OfflineBatchSource:
+        items = []
+        for i, ex in enumerate(examples):
+            if "messages" not in ex:
+                raise ValueError(f"chat example {i} has no 'messages' field (keys: {sorted(ex)})")
+            items.append(chat_example_to_item(ex["messages"], tokenizer, meta={"example": i}))
+        return cls(items, batch_size=batch_size, seed=seed)
+
+    @classmethod
+    def from_chat_jsonl(cls, path: str | Path, tokenizer: Any, **kw: Any) -> OfflineBatchSource:
+        with Path(path).open(encoding="utf-8") as f:
+            examples = [json.loads(line) for line in f if line.strip()]
+        return cls.from_chat_examples(examples, tokenizer, **kw)
+
+    def _shuffled(self, epoch: int) -> list[int]:
+        order = list(range(len(self.items)))
+        random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
+        return order
+
+    def next_batch(self) -> SAWBatch:
+        picked: list[SAWItem] = []
+        while len(picked) < self.batch_size:
+            if self.position >= len(self._order):
+                self.epoch += 1
+                self.position = 0
+                self._order = self._shuffled(self.epoch)
+            picked.append(self.items[self._order[self.position]])
+            self.position += 1
+        return SAWBatch(items=picked, meta={"epoch": self.epoch})
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.epoch = int(state.get("epoch", 0))
+        self.position = int(state.get("position", 0))
+        self._order = self._shuffled(self.epoch)

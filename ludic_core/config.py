@@ -1,0 +1,137 @@
+"""Torch-free configs: algorithms (a discriminated union on `type`) and training.
+
+Configs load anywhere (a Prefect UI form, a YAML file, a test) without
+importing torch; `ludic_core.algorithms.build_algorithm` turns an algorithm
+config into objects. Frozen and `extra="forbid"`, so a typo fails naming the
+field instead of being silently ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = [
+    "ReinforceConfig",
+    "ReinforceBaselineConfig",
+    "GRPOConfig",
+    "GSPOConfig",
+    "CISPOConfig",
+    "SFTConfig",
+    "ScaleRLConfig",
+    "AlgorithmConfig",
+    "LoRAConfig",
+    "TrainerConfig",
+]
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ReinforceConfig(_Config):
+    """Plain REINFORCE on the episode return (no baseline)."""
+
+    type: Literal["reinforce"] = "reinforce"
+    gamma: float = Field(1.0, ge=0.0, le=1.0, description="discount for per-step returns")
+
+
+class ReinforceBaselineConfig(_Config):
+    """REINFORCE minus the batch-mean return: same expectation, less variance."""
+
+    type: Literal["reinforce_baseline"] = "reinforce_baseline"
+
+
+class GRPOConfig(_Config):
+    """Group-normalised returns + token-level clipped surrogate (+ optional KL)."""
+
+    type: Literal["grpo"] = "grpo"
+    group_size: int | None = Field(None, ge=2, description="expected episodes per group (checked)")
+    normalize_std: bool = Field(True, description="divide by the group std (Dr.GRPO sets False)")
+    clip_low: float = Field(0.2, ge=0.0, lt=1.0)
+    clip_high: float = Field(0.2, ge=0.0)
+    kl_coef: float = Field(0.0, ge=0.0, description="k3 KL to the behaviour policy")
+    entropy_coef: float = Field(0.0, ge=0.0)
+
+
+class GSPOConfig(_Config):
+    """Group-normalised returns + sequence-level clipped ratio (GSPO)."""
+
+    type: Literal["gspo"] = "gspo"
+    group_size: int | None = Field(None, ge=2)
+    clip_low: float = Field(3e-4, ge=0.0, lt=1.0)
+    clip_high: float = Field(4e-4, ge=0.0)
+
+
+class CISPOConfig(_Config):
+    """Group-normalised returns + clipped, detached importance weights (CISPO)."""
+
+    type: Literal["cispo"] = "cispo"
+    group_size: int | None = Field(None, ge=2)
+    eps_high: float = Field(2.0, gt=0.0, description="IS weight capped at 1 + eps_high")
+
+
+class SFTConfig(_Config):
+    """Masked cross-entropy on the completion tokens (behaviour cloning)."""
+
+    type: Literal["sft"] = "sft"
+
+
+class ScaleRLConfig(_Config):
+    """ScaleRL recipe: CISPO loss, group-mean centring with batch-level std, and
+    zero-variance groups filtered out (they carry no signal)."""
+
+    type: Literal["scalerl"] = "scalerl"
+    group_size: int | None = Field(None, ge=2)
+    eps_high: float = Field(2.0, gt=0.0)
+
+
+AlgorithmConfig = Annotated[
+    Union[
+        ReinforceConfig,
+        ReinforceBaselineConfig,
+        GRPOConfig,
+        GSPOConfig,
+        CISPOConfig,
+        SFTConfig,
+        ScaleRLConfig,
+    ],
+    Field(discriminator="type"),
+]
+
+
+class LoRAConfig(_Config):
+    r: int = Field(8, ge=1)
+    alpha: int = Field(16, ge=1)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+
+class TrainerConfig(_Config):
+    """Optimisation settings. Each field is one decision; defaults suit tiny models."""
+
+    lr: float = Field(1e-3, gt=0.0)
+    weight_decay: float = Field(0.0, ge=0.0)
+    betas: tuple[float, float] = (0.9, 0.95)
+    warmup_steps: int = Field(0, ge=0)
+    schedule: Literal["constant", "linear", "cosine"] = "constant"
+    total_steps: int | None = Field(None, ge=1, description="needed by linear/cosine decay")
+    max_grad_norm: float | None = Field(1.0, gt=0.0, description="None disables clipping")
+    micro_token_budget: int = Field(8192, ge=1, description="padded tokens per micro-batch")
+    max_seq_len: int = Field(1024, ge=2)
+    overlong: Literal["error", "drop"] = Field("error", description="items longer than max_seq_len")
+    grad_checkpointing: bool = False
+    bf16: bool = Field(False, description="bf16 autocast for forward/backward")
+    lora: LoRAConfig | None = None
+    max_lag: int | None = Field(None, ge=0, description="drop items this many versions stale")
+    sync_every_steps: int = Field(1, ge=1, description="publish weights every N steps")
+    checkpoint_every: int | None = Field(None, ge=1)
+    keep_last: int = Field(3, ge=1)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _decay_needs_total(self) -> TrainerConfig:
+        if self.schedule != "constant" and self.total_steps is None:
+            raise ValueError(f"schedule={self.schedule!r} needs total_steps")
+        return self

@@ -1,0 +1,55 @@
+"""`GroupNormalizedReturn`: GRPO's group-relative advantage.
+
+Rollouts of the same prompt form a group; the group's mean reward is the
+baseline, so no value network is needed and the advantage says "better or
+worse than my siblings". Dividing by the group's std (DeepSeekMath) makes every
+group's advantages unit-scale; Dr. GRPO argues this over-weights groups that
+are almost all-right or all-wrong, hence `normalize_std=False`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from ludic_core.credit.base import check_rewards
+from ludic_core.credit.groups import group_indices
+from ludic_core.types import Rollout
+
+__all__ = ["GroupNormalizedReturn"]
+
+
+@dataclass
+class GroupNormalizedReturn:
+    """A_i = (R_i - mean_g R) / (std_g R + eps), R_i the rollout's total reward.
+
+    std is the *population* std (divide by the group size n, not n - 1): the
+    group is the whole sample we normalise, not an estimate of a wider one.
+    Every step of a rollout gets the rollout's A_i.
+    """
+
+    normalize_std: bool = True
+    eps: float = 1e-6
+    expected_group_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.eps < 0:
+            raise ValueError(f"eps must be >= 0, got {self.eps}")
+        if self.expected_group_size is not None and self.expected_group_size < 2:
+            raise ValueError(f"expected_group_size must be >= 2, got {self.expected_group_size}")
+
+    def compute(self, rollouts: Sequence[Rollout]) -> list[list[float]]:
+        check_rewards(rollouts)
+        groups = group_indices(rollouts, expected_group_size=self.expected_group_size)
+        adv = [0.0] * len(rollouts)
+        for idx in groups.values():
+            rewards = [rollouts[i].total_reward for i in idx]
+            mean = sum(rewards) / len(rewards)
+            scale = 1.0
+            if self.normalize_std:
+                std = math.sqrt(sum((x - mean) ** 2 for x in rewards) / len(rewards))
+                scale = std + self.eps
+            for i, x in zip(idx, rewards):
+                adv[i] = (x - mean) / scale
+        return [[adv[i]] * r.length for i, r in enumerate(rollouts)]

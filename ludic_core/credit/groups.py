@@ -1,0 +1,54 @@
+"""Grouping rollouts by `meta["group_id"]`, with the checks group baselines need.
+
+Group-relative credit (GRPO and friends) compares rollouts that answered the
+same prompt. Every way that comparison can silently go wrong is an error here:
+a rollout with no group, a group of one (no baseline to compare against), groups
+of unexpected sizes (a lost rollout skews its group's mean), and failed episodes
+(whose partial reward would drag their group's baseline around).
+"""
+
+from __future__ import annotations
+
+from typing import Hashable, Sequence
+
+from ludic_core.types import Rollout
+
+__all__ = ["group_indices"]
+
+
+def group_indices(
+    rollouts: Sequence[Rollout],
+    *,
+    expected_group_size: int | None = None,
+    allow_singletons: bool = False,
+) -> dict[Hashable, list[int]]:
+    """Map each group_id to the indices of its rollouts, in first-seen order.
+
+    Raises ValueError naming the offending rollouts / groups.
+    """
+    failed = [r.id for r in rollouts if r.failed]
+    if failed:
+        raise ValueError(
+            f"failed rollouts {failed} cannot enter group credit; "
+            "filter failed episodes out before assigning credit"
+        )
+    groups: dict[Hashable, list[int]] = {}
+    for i, r in enumerate(rollouts):
+        gid = r.meta.get("group_id")
+        if gid is None:
+            raise ValueError(f"rollout {r.id} has no meta['group_id'] (needed for group credit)")
+        groups.setdefault(gid, []).append(i)
+    if not allow_singletons:
+        for gid, idx in groups.items():
+            if len(idx) == 1:
+                raise ValueError(
+                    f"group {gid!r} has a single rollout ({rollouts[idx[0]].id}): "
+                    "no baseline is possible"
+                )
+    if expected_group_size is not None:
+        bad = {gid: len(idx) for gid, idx in groups.items() if len(idx) != expected_group_size}
+        if bad:
+            raise ValueError(
+                f"mismatched group sizes: expected {expected_group_size}, got {bad}"
+            )
+    return groups

@@ -1,0 +1,46 @@
+"""Loss terms: pure functions of the per-token tensors of one forward pass."""
+
+from ludic_core.losses.base import (
+    Loss,
+    LossInputs,
+    LossOutputs,
+    Reduction,
+    check_inputs,
+    masked_log_ratio,
+    masked_mean,
+    reduce_tokens,
+    sequence_advantages,
+)
+from ludic_core.losses.cispo import CISPOLoss
+from ludic_core.losses.clipped_surrogate import ClippedSurrogateLoss
+from ludic_core.losses.composite import CompositeLoss
+from ludic_core.losses.cross_entropy import MaskedCrossEntropyLoss
+from ludic_core.losses.entropy import EntropyBonus, token_entropy
+from ludic_core.losses.gspo import GSPOLoss
+from ludic_core.losses.kl import TokenKLLoss
+from ludic_core.losses.logprobs import token_logprobs
+from ludic_core.losses.reinforce import ReinforceLoss
+from ludic_core.losses.reinforce_baseline import ReinforceBaselineLoss
+
+__all__ = [
+    "Loss",
+    "LossInputs",
+    "LossOutputs",
+    "Reduction",
+    "reduce_tokens",
+    "check_inputs",
+    "masked_log_ratio",
+    "masked_mean",
+    "sequence_advantages",
+    "CISPOLoss",
+    "ClippedSurrogateLoss",
+    "CompositeLoss",
+    "EntropyBonus",
+    "GSPOLoss",
+    "MaskedCrossEntropyLoss",
+    "ReinforceBaselineLoss",
+    "ReinforceLoss",
+    "TokenKLLoss",
+    "token_entropy",
+    "token_logprobs",
+]

@@ -1,0 +1,114 @@
+"""Loss seam: a loss is a pure function of per-token tensors from ONE forward pass.
+
+The trainer runs the model once per micro-batch and hands every loss term the
+same `LossInputs`; `CompositeLoss` sums terms without a second forward pass.
+
+Normalisation is explicit so that gradient accumulation and data parallelism
+give exactly the full-batch gradient: a loss divides its *sum* over the
+micro-batch by `num_tokens` (token reduction) or `num_sequences` (sequence
+reduction), which the trainer sets to the totals over the WHOLE optimizer step
+(all micro-batches, all ranks), not the micro-batch's own counts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+import torch
+
+__all__ = ["LossInputs", "LossOutputs", "Loss", "Reduction", "reduce_tokens"]
+
+Reduction = Literal["token", "sequence"]
+
+
+@dataclass
+class LossInputs:
+    """Aligned per-token tensors, shape [B, T] (T = sequence length - 1, i.e.
+    position t scores token t+1 of the input)."""
+
+    logprobs: torch.Tensor  # log pi_theta(token) under the current weights, fp32, with grad
+    old_logprobs: torch.Tensor  # the actor's sampling log-probs (behaviour policy), no grad
+    mask: torch.Tensor  # 1.0 on action (completion) tokens, 0.0 elsewhere, float
+    advantages: torch.Tensor  # [B] one credit weight per sequence (SAWItem.weight)
+    num_tokens: float  # action tokens in the whole optimizer step (all micro-batches, ranks)
+    num_sequences: float  # sequences in the whole optimizer step
+    entropy: torch.Tensor | None = None  # [B, T] token entropy, when a term needs it
+    batch_mean_advantage: float = 0.0  # mean SAWItem.weight over the whole optimizer step
+
+
+@dataclass
+class LossOutputs:
+    loss: torch.Tensor  # scalar; already normalised by the step totals
+    metrics: dict[str, float] = field(default_factory=dict)  # plain floats, for logging
+
+
+@runtime_checkable
+class Loss(Protocol):
+    #: True when `inputs.entropy` must be computed by the trainer.
+    needs_entropy: bool
+
+    def __call__(self, inputs: LossInputs) -> LossOutputs: ...
+
+
+def reduce_tokens(values: torch.Tensor, inputs: LossInputs, reduction: Reduction) -> torch.Tensor:
+    """Sum masked per-token `values` [B, T] and normalise by the step totals.
+
+    token: sum over all action tokens / num_tokens (every token counts equally).
+    sequence: each sequence's token mean, summed / num_sequences (every sequence
+    counts equally, whatever its length).
+    """
+    masked = values * inputs.mask
+    if reduction == "token":
+        return masked.sum() / max(inputs.num_tokens, 1.0)
+    if reduction == "sequence":
+        per_seq = masked.sum(-1) / inputs.mask.sum(-1).clamp_min(1.0)
+        return per_seq.sum() / max(inputs.num_sequences, 1.0)
+    raise ValueError(f"unknown reduction {reduction!r}; use 'token' or 'sequence'")
+
+
+# --- helpers shared by the loss terms (appended; the contract above is fixed) ---
+
+__all__ += ["check_inputs", "masked_mean", "masked_log_ratio", "sequence_advantages"]
+
+
+def check_inputs(inputs: LossInputs) -> None:
+    """Raise ValueError on misaligned shapes, which would otherwise broadcast
+    into a silently wrong loss (e.g. [B, T] advantages against [B, T] logprobs)."""
+    shape = tuple(inputs.logprobs.shape)
+    if len(shape) != 2:
+        raise ValueError(f"logprobs must be [B, T], got {shape}")
+    for name in ("old_logprobs", "mask") + (("entropy",) if inputs.entropy is not None else ()):
+        other = tuple(getattr(inputs, name).shape)
+        if other != shape:
+            raise ValueError(f"{name} has shape {other}, logprobs has {shape}")
+    if tuple(inputs.advantages.shape) != shape[:1]:
+        raise ValueError(
+            f"advantages must be [B]={shape[:1]} (one per sequence), "
+            f"got {tuple(inputs.advantages.shape)}"
+        )
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
+    """Mean of `values` over mask == 1 as a python float (0.0 if nothing is
+    masked in). For metrics only: it uses the micro-batch's own token count."""
+    n = float(mask.sum())
+    picked = torch.where(mask > 0, values.detach(), torch.zeros_like(values))
+    return float(picked.sum()) / n if n > 0 else 0.0
+
+
+def sequence_advantages(inputs: LossInputs) -> torch.Tensor:
+    """Advantages as a detached [B, 1] column in the logprobs' dtype/device,
+    ready to broadcast over tokens."""
+    return inputs.advantages.detach().to(inputs.logprobs)[:, None]
+
+
+def masked_log_ratio(inputs: LossInputs) -> torch.Tensor:
+    """log pi_theta - log pi_old on action tokens, exactly 0 elsewhere.
+
+    `torch.where` (not `* mask`) so that padding positions, whose old log-probs
+    are arbitrary (even -inf), can never turn into inf * 0 = NaN in a ratio,
+    a loss or a gradient.
+    """
+    diff = inputs.logprobs - inputs.old_logprobs.detach()
+    return torch.where(inputs.mask > 0, diff, torch.zeros_like(diff))

@@ -1,0 +1,45 @@
+"""`CompositeLoss`: a weighted sum of loss terms sharing ONE forward pass.
+
+Every term sees the same `LossInputs`, so e.g. a clipped surrogate plus a KL
+penalty plus an entropy bonus costs one model call. Each term already
+normalises by the step totals, so the weighted sum stays correctly normalised.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ludic_core.losses.base import Loss, LossInputs, LossOutputs
+
+__all__ = ["CompositeLoss"]
+
+
+@dataclass
+class CompositeLoss:
+    """loss = sum(weight * term(inputs).loss) over `terms` = [(name, loss, weight)].
+
+    Metrics: every term's metric as "<name>/<metric>" plus "<name>/loss" (the
+    term's unweighted loss). `needs_entropy` is true if any term needs it.
+    """
+
+    terms: list[tuple[str, Loss, float]]
+    needs_entropy: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not self.terms:
+            raise ValueError("CompositeLoss needs at least one term")
+        names = [name for name, _, _ in self.terms]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate term names {dupes}: metric keys would collide")
+        self.needs_entropy = any(term.needs_entropy for _, term, _ in self.terms)
+
+    def __call__(self, inputs: LossInputs) -> LossOutputs:
+        total = None
+        metrics: dict[str, float] = {}
+        for name, term, weight in self.terms:
+            out = term(inputs)
+            total = weight * out.loss if total is None else total + weight * out.loss
+            metrics[f"{name}/loss"] = float(out.loss.detach())
+            metrics.update({f"{name}/{k}": v for k, v in out.metrics.items()})
+        return LossOutputs(loss=total, metrics=metrics)

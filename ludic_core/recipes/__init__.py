@@ -1,0 +1,1 @@
+"""Recipes: ready-made compositions of ludic_core parts for known tasks."""

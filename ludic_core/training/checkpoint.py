@@ -1,0 +1,478 @@
+"""Resumable training checkpoints: safetensors + JSON, atomic, world-size independent.
+
+One checkpoint is `ROOT/step_{step:08d}/`:
+
+    model/                   HF `save_pretrained` output (+ tokenizer): publishable as is
+    optimizer.safetensors    every optimizer tensor, e.g. `state.<param fqn>.exp_avg`
+    optimizer.json           the rest of the optimizer state dict (param_groups, ...)
+    scheduler.json           `scheduler.state_dict()` (JSON-able entries only)
+    rng.safetensors          torch CPU (and CUDA) RNG state of every rank
+    trainer_state.json       step, caller's `data` state, python/numpy RNG, model fingerprint
+
+Why this shape: no pickle (a checkpoint is data, never code); full (unsharded)
+state keyed by parameter FQN, so a run saved on N ranks resumes on M; rank 0
+writes into a `.tmp-*` sibling and renames it, so a crash never leaves a
+half-written `step_*` directory that looks complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import uuid
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from ludic_core.training.distributed import DistContext, all_gather_json, broadcast_object_json
+
+__all__ = ["latest_checkpoint", "load_checkpoint", "load_model_weights", "save_checkpoint"]
+
+FORMAT_VERSION = 1
+_STEP_DIR = re.compile(r"^step_(\d{8})$")
+_REQUIRED = ("trainer_state.json", "optimizer.json", "optimizer.safetensors", "rng.safetensors", "scheduler.json")
+# Wrapper infixes that torch.compile / DDP / activation checkpointing add to names.
+_WRAPPER_INFIXES = ("_orig_mod.", "_checkpoint_wrapped_module.", "_fsdp_wrapped_module.")
+
+
+# ---------------------------------------------------------------- JSON <-> tensors codec
+
+
+def _encode(obj: Any, path: str, tensors: dict[str, torch.Tensor]) -> Any:
+    """JSON-able form of `obj`; tensors move to `tensors` under their dotted path."""
+    if isinstance(obj, torch.Tensor):
+        if path in tensors:
+            raise ValueError(f"two tensors share the checkpoint key {path!r}")
+        tensors[path] = obj.detach().to("cpu").contiguous()
+        return {"__tensor__": path}
+    if isinstance(obj, tuple):
+        return {"__tuple__": [_encode(v, f"{path}.{i}", tensors) for i, v in enumerate(obj)]}
+    if isinstance(obj, list):
+        return [_encode(v, f"{path}.{i}", tensors) for i, v in enumerate(obj)]
+    if isinstance(obj, dict):
+        if all(isinstance(k, str) for k in obj):
+            return {k: _encode(v, f"{path}.{k}", tensors) for k, v in obj.items()}
+        return {"__items__": [[k, _encode(v, f"{path}.{k}", tensors)] for k, v in obj.items()]}
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    raise TypeError(f"cannot store {type(obj).__name__} at {path!r} in a checkpoint (JSON + tensors only)")
+
+
+def _decode(obj: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    if isinstance(obj, list):
+        return [_decode(v, tensors) for v in obj]
+    if not isinstance(obj, dict):
+        return obj
+    if set(obj) == {"__tensor__"}:
+        return tensors[obj["__tensor__"]]
+    if set(obj) == {"__tuple__"}:
+        return tuple(_decode(v, tensors) for v in obj["__tuple__"])
+    if set(obj) == {"__items__"}:
+        return {k: _decode(v, tensors) for k, v in obj["__items__"]}
+    return {k: _decode(v, tensors) for k, v in obj.items()}
+
+
+def _jsonable_entries(state: dict[str, Any], what: str) -> dict[str, Any]:
+    """Keep entries that survive a JSON round trip (LambdaLR keeps callables' state; most is plain)."""
+    kept, dropped = {}, []
+    for k, v in state.items():
+        try:
+            json.dumps(v, allow_nan=True)
+            kept[k] = v
+        except TypeError:
+            dropped.append(k)
+    if dropped:
+        warnings.warn(f"{what}: not saving non-JSON entries {dropped}", stacklevel=3)
+    return kept
+
+
+# ---------------------------------------------------------------- model identity
+
+
+def _canonical(name: str) -> str:
+    for infix in _WRAPPER_INFIXES:
+        name = name.replace(infix, "")
+    return name.removeprefix("module.")
+
+
+def _fingerprint(model: nn.Module) -> dict[str, Any]:
+    """Parameter names + global shapes (DTensor shapes are global) and config model_type."""
+    params = sorted([_canonical(n), list(p.shape)] for n, p in model.named_parameters())
+    config = getattr(model, "config", None)
+    return {"model_type": getattr(config, "model_type", None), "params": params}
+
+
+def _check_fingerprint(model: nn.Module, saved: dict[str, Any], where: Path) -> None:
+    """Refuse a checkpoint of another model, naming the first differing parameter."""
+    mine = _fingerprint(model)
+    if saved.get("model_type") != mine["model_type"]:
+        raise ValueError(
+            f"checkpoint {where} holds a {saved.get('model_type')!r} model, not {mine['model_type']!r}"
+        )
+    ours = {n: s for n, s in mine["params"]}
+    theirs = {n: s for n, s in saved["params"]}
+    for name in sorted(ours.keys() | theirs.keys()):
+        if ours.get(name) != theirs.get(name):
+            raise ValueError(
+                f"checkpoint {where} does not match the model: parameter {name!r} has shape "
+                f"{theirs.get(name, 'absent')} in the checkpoint but {ours.get(name, 'absent')} in the model"
+            )
+
+
+def _state_keys(model: nn.Module) -> list[str]:
+    """Canonical state-dict keys (tied names included) without touching FSDP collectives."""
+    keys = [_canonical(n) for n, _ in model.named_parameters(remove_duplicate=False)]
+    for mod_name, mod in model.named_modules(remove_duplicate=False):
+        for b_name, buf in mod._buffers.items():
+            if buf is not None and b_name not in mod._non_persistent_buffers_set:
+                keys.append(_canonical(f"{mod_name}.{b_name}" if mod_name else b_name))
+    return list(dict.fromkeys(keys))
+
+
+def _tied_groups(model: nn.Module) -> list[list[str]]:
+    """Names that share one parameter (e.g. tied embeddings), which save_pretrained stores once."""
+    by_id: dict[int, list[str]] = {}
+    for n, p in model.named_parameters(remove_duplicate=False):
+        by_id.setdefault(id(p), []).append(_canonical(n))
+    return [names for names in by_id.values() if len(names) > 1]
+
+
+# ---------------------------------------------------------------- RNG
+
+
+def _rng_snapshot() -> dict[str, Any]:
+    snap: dict[str, Any] = {
+        "torch_cpu": torch.get_rng_state().tolist(),
+        "python": _encode(random.getstate(), "python", {}),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        snap["cuda"] = [s.tolist() for s in torch.cuda.get_rng_state_all()]
+    try:
+        import numpy as np
+
+        name, keys, pos, has_gauss, cached = np.random.get_state()
+        snap["numpy"] = [name, keys.tolist(), int(pos), int(has_gauss), float(cached)]
+    except ImportError:
+        pass
+    return snap
+
+
+def _restore_rng(snap: dict[str, Any]) -> None:
+    torch.set_rng_state(torch.tensor(snap["torch_cpu"], dtype=torch.uint8))
+    random.setstate(_decode(snap["python"], {}))
+    if "cuda" in snap and torch.cuda.is_available() and len(snap["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all([torch.tensor(s, dtype=torch.uint8) for s in snap["cuda"]])
+    if "numpy" in snap:
+        import numpy as np
+
+        name, keys, pos, has_gauss, cached = snap["numpy"]
+        np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+
+
+def _split_rng(snaps: list[dict[str, Any]]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Per-rank snapshots -> (rng.safetensors tensors, JSON part for trainer_state.json)."""
+    tensors: dict[str, torch.Tensor] = {}
+    for r, snap in enumerate(snaps):
+        tensors[f"rank{r}.torch_cpu"] = torch.tensor(snap["torch_cpu"], dtype=torch.uint8)
+        for i, s in enumerate(snap.get("cuda", [])):
+            tensors[f"rank{r}.cuda.{i}"] = torch.tensor(s, dtype=torch.uint8)
+    return tensors, {
+        "world_size": len(snaps),
+        "python": [s["python"] for s in snaps],
+        "numpy": [s.get("numpy") for s in snaps],
+    }
+
+
+def _join_rng(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> list[dict[str, Any]]:
+    snaps = []
+    for r in range(meta["world_size"]):
+        snap: dict[str, Any] = {"torch_cpu": tensors[f"rank{r}.torch_cpu"].tolist(), "python": meta["python"][r]}
+        cuda = sorted((int(k.rsplit(".", 1)[1]), v) for k, v in tensors.items() if k.startswith(f"rank{r}.cuda."))
+        if cuda:
+            snap["cuda"] = [v.tolist() for _, v in cuda]
+        if meta["numpy"][r] is not None:
+            snap["numpy"] = meta["numpy"][r]
+        snaps.append(snap)
+    return snaps
+
+
+# ---------------------------------------------------------------- files
+
+
+def _is_complete(d: Path) -> bool:
+    return d.is_dir() and all((d / f).is_file() for f in _REQUIRED) and any((d / "model").glob("*.safetensors"))
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(d: Path) -> None:
+    """Flush file contents and directory entries, so the rename publishes durable data."""
+    for p in [*sorted(d.rglob("*"), reverse=True), d]:
+        _fsync(p)
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync(path.parent)
+
+
+def _step_dirs(root: Path) -> list[tuple[int, Path]]:
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP_DIR.match(p.name)) and p.is_dir()]
+    return sorted(found)
+
+
+def _clean_stale_tmp(root: Path) -> None:
+    """Leftovers of a crashed save: never complete, never referenced by `latest`."""
+    for p in root.iterdir():
+        if ".tmp-" in p.name:
+            shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
+
+
+def _prune(root: Path, keep: Path, keep_last: int | None) -> None:
+    if keep_last is None:
+        return
+    others = [p for _, p in _step_dirs(root) if p != keep]
+    for p in others[: max(len(others) - (keep_last - 1), 0)]:
+        shutil.rmtree(p, ignore_errors=True)
+
+
+def _write_model(model: nn.Module, state: dict[str, torch.Tensor], out: Path, tokenizer: Any) -> None:
+    out.mkdir(parents=True)
+    if hasattr(model, "save_pretrained"):
+        model.save_pretrained(out, state_dict=state)  # drops tied duplicates, writes config
+    else:
+        save_file(state, out / "model.safetensors", metadata={"format": "pt"})
+    if tokenizer is not None:
+        tokenizer.save_pretrained(out)
+
+
+def _write_files(
+    tmp: Path, step: int, model: nn.Module, model_sd: dict, optim_sd: dict, scheduler: Any,
+    tokenizer: Any, data_state: dict | None, rng_snaps: list[dict[str, Any]],
+) -> None:  # fmt: skip
+    _write_model(model, model_sd, tmp / "model", tokenizer)
+    optim_tensors: dict[str, torch.Tensor] = {}
+    optim_json = {"state": _encode(optim_sd["state"], "state", optim_tensors),
+                  "param_groups": _encode(optim_sd["param_groups"], "param_groups", optim_tensors)}  # fmt: skip
+    save_file(optim_tensors, tmp / "optimizer.safetensors")
+    (tmp / "optimizer.json").write_text(json.dumps(optim_json))
+    sched = None if scheduler is None else _jsonable_entries(scheduler.state_dict(), "scheduler")
+    (tmp / "scheduler.json").write_text(json.dumps(sched))
+    rng_tensors, rng_meta = _split_rng(rng_snaps)
+    save_file(rng_tensors, tmp / "rng.safetensors")
+    state = {"format": FORMAT_VERSION, "step": step, "data": data_state or {}, "world_size": len(rng_snaps),
+             "model_fingerprint": _fingerprint(model), "rng": rng_meta}  # fmt: skip
+    (tmp / "trainer_state.json").write_text(json.dumps(state))  # last: marks the files complete
+
+
+def _publish(root: Path, tmp: Path, final: Path) -> None:
+    """Atomically move `tmp` to `final` (replacing an older save of the same step) and point `latest` at it."""
+    _fsync_tree(tmp)
+    if final.exists():
+        trash = root / f"{final.name}.tmp-old-{uuid.uuid4().hex[:8]}"
+        os.replace(final, trash)
+        os.replace(tmp, final)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+    _fsync(root)
+    _write_text_atomic(root / "latest", final.name + "\n")
+
+
+# ---------------------------------------------------------------- public API
+
+
+def save_checkpoint(
+    root: str | Path,
+    step: int,
+    *,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any = None,
+    ctx: DistContext,
+    tokenizer: Any = None,
+    data_state: dict | None = None,
+    keep_last: int | None = 3,
+) -> Path:
+    """Write `ROOT/step_{step:08d}` atomically, update `ROOT/latest`, keep the newest `keep_last`.
+
+    Every rank must call it (gathering FSDP shards is collective); only rank 0
+    writes. `data_state` (JSON) is the caller's resume position, e.g. the batch
+    source's cursor. `keep_last=None` keeps every checkpoint. Returns the path.
+    """
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    if keep_last is not None and keep_last < 1:
+        raise ValueError(f"keep_last must be >= 1 or None, got {keep_last}")
+    root = Path(root)
+    final = root / f"step_{step:08d}"
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    model_sd, optim_sd = get_state_dict(model, optimizer, options=options)
+    rng_snaps = all_gather_json(_rng_snapshot(), ctx)
+    error = None
+    if ctx.is_main:
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            _clean_stale_tmp(root)
+            tmp = root / f"{final.name}.tmp-{uuid.uuid4().hex[:8]}"
+            tmp.mkdir()
+            _write_files(tmp, step, model, model_sd, optim_sd, scheduler, tokenizer, data_state, rng_snaps)
+            _publish(root, tmp, final)
+            _prune(root, final, keep_last)
+        except Exception as e:
+            error = e
+    # Doubles as the closing barrier, and stops other ranks from carrying on after a failed save.
+    status = broadcast_object_json(None if error is None else f"{type(error).__name__}: {error}", ctx)
+    if error is not None:
+        raise error
+    if status is not None:
+        raise RuntimeError(f"rank 0 failed to save checkpoint {final}: {status}")
+    return final
+
+
+def latest_checkpoint(root: str | Path) -> Path | None:
+    """The checkpoint `ROOT/latest` names, else the highest complete `step_*`; never a `.tmp-*`."""
+    root = Path(root)
+    if not root.is_dir():
+        return None
+    latest = root / "latest"
+    if latest.is_file():
+        name = latest.read_text().strip()
+        if _STEP_DIR.match(name) and _is_complete(root / name):
+            return root / name
+    complete = [p for _, p in _step_dirs(root) if _is_complete(p)]
+    return complete[-1] if complete else None
+
+
+def _resolve(path_or_root: str | Path) -> Path:
+    p = Path(path_or_root)
+    if ".tmp-" in p.name:
+        raise FileNotFoundError(f"{p} is an unfinished checkpoint (a crashed save); load a step_* directory")
+    if (p / "trainer_state.json").exists() or _STEP_DIR.match(p.name):
+        if not _is_complete(p):
+            missing = [f for f in _REQUIRED if not (p / f).is_file()]
+            missing += [] if any((p / "model").glob("*.safetensors")) else ["model/*.safetensors"]
+            raise FileNotFoundError(f"checkpoint {p} is missing or incomplete (lacks {missing})")
+        return p
+    found = latest_checkpoint(p)
+    if found is None:
+        raise FileNotFoundError(f"no complete checkpoint in {p}")
+    return found
+
+
+def load_model_weights(path: str | Path) -> dict[str, torch.Tensor]:
+    """The model tensors of a checkpoint (its `model/` dir) or of any HF safetensors directory."""
+    p = Path(path)
+    d = p / "model" if (p / "model").is_dir() else p
+    files = sorted(d.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors model files in {d}")
+    weights: dict[str, torch.Tensor] = {}
+    for f in files:
+        weights.update(load_file(f))
+    return weights
+
+
+def _model_state_for(model: nn.Module, ckpt: Path) -> dict[str, torch.Tensor]:
+    """The checkpoint's weights keyed exactly as `model`'s state dict (tied names restored)."""
+    weights = {_canonical(k): v for k, v in load_model_weights(ckpt).items()}
+    for group in _tied_groups(model):
+        source = next((weights[n] for n in group if n in weights), None)
+        for n in group:
+            if source is not None:
+                weights.setdefault(n, source)
+    expected = _state_keys(model)
+    missing = [k for k in expected if k not in weights]
+    if missing:
+        raise ValueError(f"checkpoint {ckpt}/model lacks tensors the model needs, e.g. {missing[:3]}")
+    return {k: weights[k] for k in expected}
+
+
+def _read_rank0(ckpt_arg: str | Path, model: nn.Module, want_optim: bool) -> tuple[dict, dict, dict]:
+    """Rank 0: resolve, validate (fingerprint first) and read everything; raises on a bad checkpoint."""
+    ckpt = _resolve(ckpt_arg)
+    state = json.loads((ckpt / "trainer_state.json").read_text())
+    _check_fingerprint(model, state["model_fingerprint"], ckpt)
+    rng = _join_rng(load_file(ckpt / "rng.safetensors"), state.pop("rng"))
+    header = {"path": str(ckpt), "trainer_state": state, "rng": rng,
+              "scheduler": json.loads((ckpt / "scheduler.json").read_text())}  # fmt: skip
+    model_sd = _model_state_for(model, ckpt)
+    optim_sd: dict = {}
+    if want_optim:
+        optim_sd = _decode(json.loads((ckpt / "optimizer.json").read_text()), load_file(ckpt / "optimizer.safetensors"))
+    return header, model_sd, optim_sd
+
+
+def _retuple_param_groups(optimizer: torch.optim.Optimizer) -> None:
+    """set_optimizer_state_dict turns tuples (Adam's betas) into lists; restore the defaults' type."""
+    for group in optimizer.param_groups:
+        for key, default in optimizer.defaults.items():
+            if isinstance(default, tuple) and isinstance(group.get(key), list):
+                group[key] = tuple(group[key])
+
+
+def load_checkpoint(
+    path_or_root: str | Path,
+    *,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: Any = None,
+    ctx: DistContext,
+) -> dict[str, Any]:
+    """Restore model, optimizer, scheduler and RNG from a checkpoint (or ROOT's latest).
+
+    Every rank calls it; rank 0 reads the files and the tensors reach the other
+    ranks by broadcast, resharded to the current world size. A checkpoint of
+    another model raises ValueError before the model is touched; a missing or
+    partial one raises FileNotFoundError. Returns the trainer state: `step`,
+    `data` (as given to `save_checkpoint`), `world_size`, `path`, ...
+    """
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    header, model_sd, optim_sd, error = {}, {}, {}, None
+    if ctx.is_main:
+        try:
+            header, model_sd, optim_sd = _read_rank0(path_or_root, model, optimizer is not None)
+        except Exception as e:  # every rank must learn of it, or the others hang in a collective
+            error, header = e, {"error": type(e).__name__, "message": str(e)}
+    header = broadcast_object_json(header, ctx)
+    if error is not None:
+        raise error
+    if "error" in header:
+        kind = {"FileNotFoundError": FileNotFoundError, "ValueError": ValueError}.get(header["error"], RuntimeError)
+        raise kind(header["message"])
+    if scheduler is not None and header["scheduler"] is None:
+        raise ValueError(f"checkpoint {header['path']} was saved without a scheduler")
+    # set_state_dict would skip the model on ranks whose model_state_dict is empty (it treats
+    # that as "optimizer only") and hang rank 0's broadcast, so load the two separately.
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=ctx.is_distributed)
+    if optimizer is not None:
+        set_optimizer_state_dict(model, optimizer, optim_sd, options=options)
+        _retuple_param_groups(optimizer)
+    set_model_state_dict(model, model_sd, options=options)
+    if scheduler is not None:
+        scheduler.load_state_dict(header["scheduler"])
+    _restore_rng(header["rng"][ctx.rank % len(header["rng"])])
+    return {**header["trainer_state"], "path": header["path"]}

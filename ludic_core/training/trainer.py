@@ -1,0 +1,278 @@
+"""`Trainer`: a deliberately dumb optimisation loop.
+
+Everything algorithmic lives in the credit assigner and the loss; the trainer
+only turns SAW batches into optimizer steps: stale-item filtering, token-budget
+micro-batching, one forward per micro-batch shared by all loss terms, gradient
+accumulation normalised by whole-step totals (so 1 process or N, 1 micro-batch
+or 10, give the same gradient), clipping, the LR schedule, publishing,
+checkpoints and logs. The same code runs single-process and under torchrun
+with FSDP2 (gradient sync only on the last micro-batch; rank 0 publishes).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+from ludic_core.batching.collate import MicroBatch, collate_micro_batches, padding_waste
+from ludic_core.batching.saw import SAWBatch, SAWItem
+from ludic_core.config import TrainerConfig
+from ludic_core.losses import LossInputs, token_entropy, token_logprobs
+from ludic_core.training import distributed as dist_utils
+from ludic_core.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from ludic_core.training.lora import apply_lora, is_lora, merged_state_dict
+from ludic_core.training.schedules import lr_multiplier
+
+__all__ = ["Trainer"]
+
+log = logging.getLogger(__name__)
+
+
+class Trainer:
+    def __init__(
+        self,
+        model: Any,
+        algorithm: Any,
+        source: Any,
+        config: TrainerConfig,
+        *,
+        tokenizer: Any = None,
+        publisher: Any = None,
+        loggers: Sequence[Any] = (),
+        eval_hook: Callable[["Trainer"], dict[str, float]] | None = None,
+        eval_every: int | None = None,
+        checkpoint_dir: str | Path | None = None,
+        ctx: dist_utils.DistContext | None = None,
+    ) -> None:
+        self.cfg = config
+        self.ctx = ctx or dist_utils.init_distributed()
+        torch.manual_seed(config.seed)
+        random.seed(config.seed)
+        if config.lora is not None:
+            model = apply_lora(model, config.lora)
+        if config.grad_checkpointing:
+            model.gradient_checkpointing_enable()
+            model.config.use_cache = False
+        self.model = dist_utils.shard_model(model, self.ctx)
+        self.model.train()
+        self.algorithm = algorithm
+        self.source = source
+        self.tokenizer = tokenizer
+        self.publisher = publisher
+        self.loggers = list(loggers) if self.ctx.is_main else []
+        self.eval_hook, self.eval_every = eval_hook, eval_every
+        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
+        self.pad_id = self._pad_id(model, tokenizer)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=config.lr, betas=config.betas,
+                                           weight_decay=config.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_multiplier(
+            config.schedule, warmup_steps=config.warmup_steps, total_steps=config.total_steps))
+        self.step = 0
+        self.policy_version = 0
+        self.history: list[dict[str, float]] = []
+
+    @staticmethod
+    def _pad_id(model: Any, tokenizer: Any) -> int:
+        for cand in (getattr(tokenizer, "pad_token_id", None), getattr(model.config, "pad_token_id", None),
+                     getattr(tokenizer, "eos_token_id", None)):
+            if cand is not None:
+                return int(cand)
+        return 0
+
+    # ---- one optimizer step -------------------------------------------------
+    def _filter(self, batch: SAWBatch) -> tuple[list[SAWItem], int]:
+        items, stale = list(batch.items), 0
+        if self.cfg.max_lag is not None:
+            fresh = [i for i in items if i.meta.get("policy_version") is None
+                     or self.policy_version - int(i.meta["policy_version"]) <= self.cfg.max_lag]
+            stale, items = len(items) - len(fresh), fresh
+        if getattr(self.algorithm, "requires_actor_logprobs", False):
+            missing = [i.meta for i in items if i.actor_logprobs is None]
+            if missing:
+                raise ValueError(
+                    f"{self.algorithm.name} needs the actor's sampling log-probs, but {len(missing)} "
+                    f"items have none (e.g. {missing[0]}); scripted/offline data suits sft only"
+                )
+        too_long = [len(i) for i in items if len(i) > self.cfg.max_seq_len]
+        if too_long and self.cfg.overlong == "error":
+            raise ValueError(f"{len(too_long)} items exceed max_seq_len={self.cfg.max_seq_len} "
+                             f"(longest {max(too_long)}); set overlong='drop' to drop and count them")
+        items = [i for i in items if len(i) <= self.cfg.max_seq_len]
+        return items, stale
+
+    def _micro_batches(self, items: list[SAWItem]) -> list[MicroBatch]:
+        mine = dist_utils.shard_batch(items, self.ctx)
+        mbs = collate_micro_batches(mine, micro_token_budget=self.cfg.micro_token_budget,
+                                    pad_id=self.pad_id) if mine else []
+        # FSDP ranks must run the same number of forward/backward passes.
+        target = _all_reduce_max(len(mbs), self.ctx)
+        while len(mbs) < target:
+            template = mbs[-1] if mbs else collate_micro_batches(items[:1], micro_token_budget=1,
+                                                                 pad_id=self.pad_id)[0]
+            mbs.append(_zero_weight_copy(template))
+        return mbs
+
+    def _forward_loss(self, mb: MicroBatch, totals: dict[str, float]) -> tuple[torch.Tensor, dict[str, float]]:
+        device = self.ctx.device
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16):
+            logits = self.model(input_ids=mb.input_ids.to(device),
+                                attention_mask=mb.attention_mask.to(device)).logits
+        loss_fn = self.algorithm.loss
+        inputs = LossInputs(
+            logprobs=token_logprobs(logits, mb.input_ids.to(device)),
+            old_logprobs=mb.actor_logprobs[:, 1:].to(device),
+            mask=mb.action_mask[:, 1:].to(device),
+            advantages=mb.weights.to(device),
+            num_tokens=totals["tokens"],
+            num_sequences=totals["sequences"],
+            entropy=token_entropy(logits[:, :-1]) if getattr(loss_fn, "needs_entropy", False) else None,
+            batch_mean_advantage=totals["mean_weight"],
+        )
+        out = loss_fn(inputs)
+        return out.loss, out.metrics
+
+    def train_step(self) -> dict[str, float]:
+        t0 = time.perf_counter()
+        batch = self.source.next_batch()
+        items, stale = self._filter(batch)
+        mbs = self._micro_batches(items)
+        real = [mb for mb in mbs if not _is_pad(mb)]
+        totals = {
+            "tokens": dist_utils.all_reduce_sum(sum(mb.action_tokens for mb in real), self.ctx),
+            "sequences": dist_utils.all_reduce_sum(float(sum(len(mb.meta) for mb in real)), self.ctx),
+        }
+        weight_sum = dist_utils.all_reduce_sum(sum(float(mb.weights.sum()) for mb in real), self.ctx)
+        totals["mean_weight"] = weight_sum / max(totals["sequences"], 1.0)
+        loss_total, metric_sums = 0.0, {}
+        for i, mb in enumerate(mbs):
+            dist_utils.set_gradient_sync(self.model, i == len(mbs) - 1)
+            loss, metrics = self._forward_loss(mb, totals)
+            # FSDP averages gradients over ranks; our normaliser is already global.
+            (loss * self.ctx.world_size).backward()
+            loss_total += float(loss.detach())
+            share = mb.action_tokens / max(totals["tokens"], 1.0)
+            for k, v in metrics.items():
+                metric_sums[k] = metric_sums.get(k, 0.0) + share * float(v)
+        grad_norm = self._clip()
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        return self._after_step(batch, items, mbs, stale, loss_total, metric_sums, grad_norm, t0)
+
+    def _clip(self) -> float:
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        if not params:
+            return 0.0
+        max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm is not None else math.inf
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        if hasattr(norm, "full_tensor"):
+            norm = norm.full_tensor()
+        value = float(norm)
+        if not math.isfinite(value):
+            raise FloatingPointError(f"non-finite gradient norm {value} at step {self.step + 1}")
+        return value
+
+    def _after_step(self, batch, items, mbs, stale, loss_total, metric_sums, grad_norm, t0) -> dict[str, float]:
+        total_tokens = dist_utils.all_reduce_sum(float(sum(mb.real_tokens for mb in mbs)), self.ctx)
+        secs = time.perf_counter() - t0
+        metrics = {
+            "loss": dist_utils.all_reduce_sum(loss_total, self.ctx),
+            "grad_norm": grad_norm,
+            "lr": self.scheduler.get_last_lr()[0],
+            "items": float(len(items)),
+            "stale_dropped": float(stale),
+            "micro_batches": float(len(mbs)),
+            "padding_waste": padding_waste(mbs),
+            "step_seconds": secs,
+            "tokens_per_second": total_tokens / max(secs, 1e-9),
+            **{k: float(v) for k, v in batch.meta.items() if isinstance(v, (int, float))},
+            **metric_sums,
+        }
+        if self.step % self.cfg.sync_every_steps == 0:
+            self.publish()
+        if self.eval_hook is not None and self.eval_every and self.step % self.eval_every == 0:
+            metrics.update({f"eval/{k}": v for k, v in self.eval_hook(self).items()})
+        if self.checkpoint_dir and self.cfg.checkpoint_every and self.step % self.cfg.checkpoint_every == 0:
+            self.save_checkpoint()
+        metrics["policy_version"] = float(self.policy_version)
+        for lg in self.loggers:
+            lg.log(self.step, metrics)
+        self.history.append(metrics)
+        return metrics
+
+    # ---- publishing, checkpoints, loop -------------------------------------------
+    def full_weights(self) -> dict[str, torch.Tensor]:
+        """Full HF-named weights (LoRA merged); materialised on rank 0."""
+        if is_lora(self.model):
+            return merged_state_dict(self.model)
+        return dist_utils.full_state_dict(self.model, self.ctx)
+
+    def publish(self) -> None:
+        if self.publisher is None:
+            self.policy_version = self.step
+            return
+        weights = self.full_weights()
+        if self.ctx.is_main:
+            self.publisher.publish(weights, version=self.step)
+        self.policy_version = self.step
+
+    def save_checkpoint(self) -> Path:
+        if self.checkpoint_dir is None:
+            raise ValueError("Trainer has no checkpoint_dir")
+        data = {"source": self.source.state_dict(), "policy_version": self.policy_version}
+        return save_checkpoint(self.checkpoint_dir, self.step, model=self.model, optimizer=self.optimizer,
+                               scheduler=self.scheduler, ctx=self.ctx, tokenizer=self.tokenizer,
+                               data_state=data, keep_last=self.cfg.keep_last)
+
+    def resume(self, path: str | Path | None = None) -> bool:
+        """Load the latest (or given) checkpoint; False when there is none yet."""
+        target = Path(path) if path else (latest_checkpoint(self.checkpoint_dir) if self.checkpoint_dir else None)
+        if target is None:
+            return False
+        state = load_checkpoint(target, model=self.model, optimizer=self.optimizer,
+                                scheduler=self.scheduler, ctx=self.ctx)
+        self.step = int(state["step"])
+        data = state.get("data") or {}
+        self.source.load_state_dict(data.get("source", {}))
+        self.policy_version = int(data.get("policy_version", self.step))
+        log.info("resumed from %s at step %d", target, self.step)
+        return True
+
+    def train(self, until_step: int) -> list[dict[str, float]]:
+        """Run optimizer steps until `self.step == until_step` (resume-friendly)."""
+        out = []
+        while self.step < until_step:
+            out.append(self.train_step())
+        return out
+
+    def close(self) -> None:
+        for lg in self.loggers:
+            lg.close()
+
+
+def _all_reduce_max(n: int, ctx: dist_utils.DistContext) -> int:
+    if not ctx.is_distributed:
+        return n
+    import torch.distributed as dist
+
+    t = torch.tensor([n], dtype=torch.long, device=ctx.device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
+
+
+def _is_pad(mb: MicroBatch) -> bool:
+    return bool(mb.meta) and bool(mb.meta[0].get("_pad"))
+
+
+def _zero_weight_copy(mb: MicroBatch) -> MicroBatch:
+    """A micro-batch that contributes nothing (keeps FSDP ranks in lock-step)."""
+    return MicroBatch(mb.input_ids, mb.attention_mask, torch.zeros_like(mb.action_mask),
+                      mb.actor_logprobs, torch.zeros_like(mb.weights), [{"_pad": True}])

@@ -1,0 +1,137 @@
+"""Trainer behaviour on the tiny model: learning, accumulation, staleness, publishing, resume."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from ludic_core.algorithms import make_grpo, make_sft
+from ludic_core.batching.saw import SAWBatch
+from ludic_core.batching.sources import OfflineBatchSource
+from ludic_core.config import LoRAConfig, TrainerConfig
+from ludic_core.inference import LocalChatClient
+from ludic_core.models import load_model_and_tokenizer
+from ludic_core.publish import InProcessPublisher
+from ludic_core.recipes.tic_tac_toe import keep_by_reward, teacher_rollouts
+from ludic_core.training.trainer import Trainer
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def sft_items(tiny_model_and_tokenizer):
+    _, tok = tiny_model_and_tokenizer
+    kept, _ = keep_by_reward(teacher_rollouts(tok, games=24, seed=3), min_reward=0.5)
+    return make_sft().prepare(kept).items
+
+
+def _trainer(model_dir, items, **cfg) -> Trainer:
+    model, tok = load_model_and_tokenizer(model_dir)
+    cfg = {"lr": 3e-3, "micro_token_budget": 8192, "max_seq_len": 512, **cfg}
+    return Trainer(model, make_sft(), OfflineBatchSource(items, batch_size=8, seed=0),
+                   TrainerConfig(**cfg), tokenizer=tok)
+
+
+def _weights(trainer: Trainer) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in trainer.full_weights().items()}
+
+
+def _max_diff(a, b) -> float:
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+def test_sft_loss_goes_down(tiny_model_dir, sft_items):
+    tr = _trainer(tiny_model_dir, sft_items)
+    hist = tr.train(15)
+    assert tr.step == 15
+    assert hist[-1]["loss"] < 0.6 * hist[0]["loss"], (hist[0]["loss"], hist[-1]["loss"])
+
+
+def test_micro_batching_does_not_change_the_gradient(tiny_model_dir, sft_items):
+    one = _trainer(tiny_model_dir, sft_items, micro_token_budget=100_000)
+    many = _trainer(tiny_model_dir, sft_items, micro_token_budget=600)
+    h1, hm = one.train(2), many.train(2)
+    assert h1[-1]["micro_batches"] == 1 and hm[-1]["micro_batches"] >= 3
+    # Same loss (normalised by whole-step totals) and, up to fp32 summation order
+    # amplified by Adam's per-coordinate normalisation, the same weights.
+    assert [h["loss"] for h in hm] == pytest.approx([h["loss"] for h in h1], rel=1e-5)
+    assert _max_diff(_weights(one), _weights(many)) < 1e-4
+
+
+def test_ratio_losses_refuse_items_without_actor_logprobs(tiny_model_dir, sft_items):
+    model, tok = load_model_and_tokenizer(tiny_model_dir)
+    tr = Trainer(model, make_grpo(), OfflineBatchSource(sft_items, batch_size=4), TrainerConfig(), tokenizer=tok)
+    with pytest.raises(ValueError, match="grpo needs the actor's sampling log-probs"):
+        tr.train_step()
+
+
+def test_overlong_items_error_or_drop(tiny_model_dir, sft_items):
+    longest = max(len(i) for i in sft_items)
+    tr = _trainer(tiny_model_dir, sft_items, max_seq_len=longest - 1)
+    with pytest.raises(ValueError, match=f"exceed max_seq_len={longest - 1}"):
+        tr.train(1)
+
+
+class _FixedSource:
+    def __init__(self, batch): self.batch = batch
+    def next_batch(self): return SAWBatch(items=list(self.batch.items), meta={})
+    def state_dict(self): return {}
+    def load_state_dict(self, s): pass
+
+
+def test_stale_items_are_dropped_and_counted(tiny_model_dir, sft_items):
+    items = [type(i)(**{**i.__dict__, "meta": {**i.meta, "policy_version": v}})
+             for i, v in zip(sft_items[:6], [0, 0, 3, 3, 5, 5])]
+    model, tok = load_model_and_tokenizer(tiny_model_dir)
+    tr = Trainer(model, make_sft(), _FixedSource(SAWBatch(items)), TrainerConfig(max_lag=1), tokenizer=tok)
+    tr.policy_version = 5  # items at versions 0 and 3 are more than 1 version stale
+    m = tr.train_step()
+    assert m["stale_dropped"] == 4 and m["items"] == 2
+
+
+def test_publishing_pushes_weights_and_versions(tiny_model_dir, sft_items):
+    client = LocalChatClient(tiny_model_dir)
+    tr = _trainer(tiny_model_dir, sft_items, sync_every_steps=2)
+    tr.publisher = InProcessPublisher(client)
+    tr.train(1)
+    assert client.policy_version == 0
+    tr.train(2)
+    assert client.policy_version == 2 and tr.policy_version == 2
+    assert _max_diff(_weights(tr), client.model.state_dict()) == 0.0
+
+
+def test_lora_trains_adapters_and_publishes_merged_weights(tiny_model_dir, sft_items):
+    base, _ = load_model_and_tokenizer(tiny_model_dir)
+    tr = _trainer(tiny_model_dir, sft_items, lora=LoRAConfig(r=4, alpha=8), lr=1e-2)
+    trainable = [n for n, p in tr.model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    tr.train(3)
+    merged = tr.full_weights()
+    assert set(merged) == set(base.state_dict())
+    assert _max_diff(merged, base.state_dict()) > 1e-4  # q/k/v/o changed through the adapters
+    assert torch.equal(merged["lm_head.weight"], base.state_dict()["lm_head.weight"])  # frozen
+
+
+@pytest.mark.slow
+def test_sigkill_and_resume_matches_a_straight_run(tiny_model_dir, tmp_path):
+    """4 steps straight vs 2 steps + SIGKILL + resume + 2 steps: same weights."""
+    script = ROOT / "tests" / "training" / "_worker_resume.py"
+
+    def run(ckpt: Path, until: int, kill: bool) -> subprocess.CompletedProcess:
+        args = [sys.executable, str(script), str(tiny_model_dir), str(ckpt), str(until)] + (["--kill"] if kill else [])
+        return subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=ROOT)
+
+    straight = run(tmp_path / "a", 4, kill=False)
+    assert straight.returncode == 0, straight.stderr
+    killed = run(tmp_path / "b", 2, kill=True)
+    assert killed.returncode == -9, killed.stderr  # really SIGKILLed, no cleanup ran
+    resumed = run(tmp_path / "b", 4, kill=False)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed at step 2" in resumed.stdout
+    from safetensors.torch import load_file
+
+    a = load_file(tmp_path / "a" / "step_00000004" / "model" / "model.safetensors")
+    b = load_file(tmp_path / "b" / "step_00000004" / "model" / "model.safetensors")
+    assert _max_diff(a, b) < 1e-6
