@@ -145,13 +145,13 @@ def _tied_groups(model: nn.Module) -> list[list[str]]:
 
 
 # ---------------------------------------------------------------- RNG
+# A snapshot is JSON (it crosses ranks that way); on disk the torch/CUDA states go to
+# rng.safetensors as uint8 tensors and the rest to trainer_state.json.
 
 
 def _rng_snapshot() -> dict[str, Any]:
-    snap: dict[str, Any] = {
-        "torch_cpu": torch.get_rng_state().tolist(),
-        "python": _encode(random.getstate(), "python", {}),
-    }
+    version, mt, gauss = random.getstate()
+    snap: dict[str, Any] = {"torch_cpu": torch.get_rng_state().tolist(), "python": [version, list(mt), gauss]}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         snap["cuda"] = [s.tolist() for s in torch.cuda.get_rng_state_all()]
     try:
@@ -165,10 +165,11 @@ def _rng_snapshot() -> dict[str, Any]:
 
 
 def _restore_rng(snap: dict[str, Any]) -> None:
-    torch.set_rng_state(torch.tensor(snap["torch_cpu"], dtype=torch.uint8))
-    random.setstate(_decode(snap["python"], {}))
+    torch.set_rng_state(_to_tensor(snap["torch_cpu"]))
+    version, mt, gauss = snap["python"]
+    random.setstate((version, tuple(mt), gauss))
     if "cuda" in snap and torch.cuda.is_available() and len(snap["cuda"]) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all([torch.tensor(s, dtype=torch.uint8) for s in snap["cuda"]])
+        torch.cuda.set_rng_state_all([_to_tensor(s) for s in snap["cuda"]])
     if "numpy" in snap:
         import numpy as np
 
@@ -176,31 +177,16 @@ def _restore_rng(snap: dict[str, Any]) -> None:
         np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
 
 
-def _split_rng(snaps: list[dict[str, Any]]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Per-rank snapshots -> (rng.safetensors tensors, JSON part for trainer_state.json)."""
-    tensors: dict[str, torch.Tensor] = {}
-    for r, snap in enumerate(snaps):
-        tensors[f"rank{r}.torch_cpu"] = torch.tensor(snap["torch_cpu"], dtype=torch.uint8)
-        for i, s in enumerate(snap.get("cuda", [])):
-            tensors[f"rank{r}.cuda.{i}"] = torch.tensor(s, dtype=torch.uint8)
-    return tensors, {
-        "world_size": len(snaps),
-        "python": [s["python"] for s in snaps],
-        "numpy": [s.get("numpy") for s in snaps],
-    }
+def _map_device_states(snap: dict[str, Any], fn) -> dict[str, Any]:
+    """Apply `fn` to the torch CPU and CUDA states (lists <-> uint8 tensors)."""
+    out = dict(snap, torch_cpu=fn(snap["torch_cpu"]))
+    if "cuda" in snap:
+        out["cuda"] = [fn(s) for s in snap["cuda"]]
+    return out
 
 
-def _join_rng(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> list[dict[str, Any]]:
-    snaps = []
-    for r in range(meta["world_size"]):
-        snap: dict[str, Any] = {"torch_cpu": tensors[f"rank{r}.torch_cpu"].tolist(), "python": meta["python"][r]}
-        cuda = sorted((int(k.rsplit(".", 1)[1]), v) for k, v in tensors.items() if k.startswith(f"rank{r}.cuda."))
-        if cuda:
-            snap["cuda"] = [v.tolist() for _, v in cuda]
-        if meta["numpy"][r] is not None:
-            snap["numpy"] = meta["numpy"][r]
-        snaps.append(snap)
-    return snaps
+def _to_tensor(state: list[int]) -> torch.Tensor:
+    return torch.tensor(state, dtype=torch.uint8)
 
 
 # ---------------------------------------------------------------- files
@@ -216,12 +202,6 @@ def _fsync(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _fsync_tree(d: Path) -> None:
-    """Flush file contents and directory entries, so the rename publishes durable data."""
-    for p in [*sorted(d.rglob("*"), reverse=True), d]:
-        _fsync(p)
 
 
 def _write_text_atomic(path: Path, text: str) -> None:
@@ -276,7 +256,8 @@ def _write_files(
     (tmp / "optimizer.json").write_text(json.dumps(optim_json))
     sched = None if scheduler is None else _jsonable_entries(scheduler.state_dict(), "scheduler")
     (tmp / "scheduler.json").write_text(json.dumps(sched))
-    rng_tensors, rng_meta = _split_rng(rng_snaps)
+    rng_tensors: dict[str, torch.Tensor] = {}
+    rng_meta = _encode([_map_device_states(r, _to_tensor) for r in rng_snaps], "rank", rng_tensors)
     save_file(rng_tensors, tmp / "rng.safetensors")
     state = {"format": FORMAT_VERSION, "step": step, "data": data_state or {}, "world_size": len(rng_snaps),
              "model_fingerprint": _fingerprint(model), "rng": rng_meta}  # fmt: skip
@@ -285,7 +266,8 @@ def _write_files(
 
 def _publish(root: Path, tmp: Path, final: Path) -> None:
     """Atomically move `tmp` to `final` (replacing an older save of the same step) and point `latest` at it."""
-    _fsync_tree(tmp)
+    for p in [*sorted(tmp.rglob("*"), reverse=True), tmp]:  # durable contents before the rename
+        _fsync(p)
     if final.exists():
         trash = root / f"{final.name}.tmp-old-{uuid.uuid4().hex[:8]}"
         os.replace(final, trash)
@@ -364,13 +346,10 @@ def latest_checkpoint(root: str | Path) -> Path | None:
 
 def _resolve(path_or_root: str | Path) -> Path:
     p = Path(path_or_root)
-    if ".tmp-" in p.name:
-        raise FileNotFoundError(f"{p} is an unfinished checkpoint (a crashed save); load a step_* directory")
-    if (p / "trainer_state.json").exists() or _STEP_DIR.match(p.name):
-        if not _is_complete(p):
-            missing = [f for f in _REQUIRED if not (p / f).is_file()]
-            missing += [] if any((p / "model").glob("*.safetensors")) else ["model/*.safetensors"]
-            raise FileNotFoundError(f"checkpoint {p} is missing or incomplete (lacks {missing})")
+    if ".tmp-" in p.name or (p / "trainer_state.json").exists() or _STEP_DIR.match(p.name):
+        if not _is_complete(p) or ".tmp-" in p.name:
+            missing = [f for f in (*_REQUIRED, "model/*.safetensors") if not list(p.glob(f))]
+            raise FileNotFoundError(f"checkpoint {p} is missing, unfinished or incomplete (lacks {missing})")
         return p
     found = latest_checkpoint(p)
     if found is None:
@@ -411,7 +390,8 @@ def _read_rank0(ckpt_arg: str | Path, model: nn.Module, want_optim: bool) -> tup
     ckpt = _resolve(ckpt_arg)
     state = json.loads((ckpt / "trainer_state.json").read_text())
     _check_fingerprint(model, state["model_fingerprint"], ckpt)
-    rng = _join_rng(load_file(ckpt / "rng.safetensors"), state.pop("rng"))
+    rng_snaps = _decode(state.pop("rng"), load_file(ckpt / "rng.safetensors"))
+    rng = [_map_device_states(r, torch.Tensor.tolist) for r in rng_snaps]
     header = {"path": str(ckpt), "trainer_state": state, "rng": rng,
               "scheduler": json.loads((ckpt / "scheduler.json").read_text())}  # fmt: skip
     model_sd = _model_state_for(model, ckpt)

@@ -5,15 +5,17 @@ one GPU) or under `torchrun` (several GPUs, or several CPU processes on gloo).
 Everything here therefore takes a `DistContext` and does the single-process thing
 when `ctx.is_distributed` is false, so callers need no `if` of their own.
 
-Gradient reduction is a SUM across ranks (FSDP2's default would average): the
-trainer normalises each rank's loss by the GLOBAL token count, which makes the
-summed gradient exactly the single-process full-batch gradient for any world size.
+Gradients are AVERAGED over ranks, as with FSDP2's and DDP's defaults: a trainer
+that normalises each rank's loss by the GLOBAL token count multiplies it by
+`world_size` so that the averaged gradient is exactly the single-process
+full-batch gradient.
 
 No pickle anywhere: objects cross ranks as JSON inside byte tensors.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 from dataclasses import dataclass
@@ -103,10 +105,19 @@ def init_distributed() -> DistContext:
 
 
 def cleanup(ctx: DistContext) -> None:
-    """Destroy the process group if `init_distributed` created it."""
+    """Destroy the process group if `init_distributed` created it (call once, at the end).
+
+    The barrier first is a gloo workaround: once DTensor/FSDP2 has touched the group,
+    `destroy_process_group` no longer joins gloo's worker threads (torch 2.13), and a
+    worker that frees its last collective's tensors while the interpreter is already
+    finalizing aborts the process ("terminate called without an active exception").
+    The barrier gives those threads time to finish that work first.
+    """
     global _CREATED_GROUP, _CONTEXT
     if _CREATED_GROUP and dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
+        gc.collect()
     _CREATED_GROUP = False
     _CONTEXT = None
 
@@ -130,7 +141,7 @@ def shard_model(model: nn.Module, ctx: DistContext, *, mixed_precision: bool = F
 
     Per-layer units keep peak memory at one unsharded layer. `mixed_precision`
     computes in bf16 while keeping fp32 master weights and fp32 gradient reduction.
-    Gradients are summed across ranks, not averaged (see the module docstring).
+    Gradients are averaged across ranks (see the module docstring).
     """
     if not ctx.is_distributed:
         return model
@@ -145,9 +156,7 @@ def shard_model(model: nn.Module, ctx: DistContext, *, mixed_precision: bool = F
     for unit in units:
         fully_shard(unit, **kwargs)
     for unit in units:
-        # Plain SUM: FSDP2 would otherwise average (ReduceOp.AVG), or for factor 1.0 use
-        # PREMUL_SUM, and gloo supports neither. Factor 1.0 also means no scaling kernel.
-        unit.set_gradient_divide_factor(1.0)  # type: ignore[operator]
+        # Average as SUM + divide: FSDP2 would use ReduceOp.AVG, which gloo lacks.
         unit.set_force_sum_reduction_for_comms(True)  # type: ignore[operator]
     return model
 

@@ -12,6 +12,7 @@ from ludic_core.batching.sources import OfflineBatchSource
 from ludic_core.config import TrainerConfig
 from ludic_core.models import load_model_and_tokenizer
 from ludic_core.recipes.tic_tac_toe import keep_by_reward, teacher_rollouts
+from ludic_core.training.distributed import cleanup
 from ludic_core.training.trainer import Trainer
 
 model_dir, ckpt, until = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -25,3 +26,4 @@ if trainer.resume():
 trainer.train(until)
 if "--kill" in sys.argv:
     os.kill(os.getpid(), signal.SIGKILL)
+cleanup(trainer.ctx)  # orderly gloo shutdown (see distributed.cleanup)
