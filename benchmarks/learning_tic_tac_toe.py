@@ -42,6 +42,7 @@ def main() -> None:
     ap.add_argument("--rl-steps", type=int, default=20)
     ap.add_argument("--rl-requests", type=int, default=8, help="requests per RL step (x group size)")
     ap.add_argument("--group-size", type=int, default=8)
+    ap.add_argument("--rl-lr", type=float, default=2e-4)
     ap.add_argument("--eval-games", type=int, default=200)
     args = ap.parse_args()
     out = Path(args.out)
@@ -77,7 +78,7 @@ def main() -> None:
         lambda i: tic_tac_toe_requests(args.rl_requests, seed=1_000 + i * args.rl_requests),
         grpo, max_steps=9, strategy=GRPORequestStrategy(args.group_size, seed=0), max_seq_len=512,
     )
-    rl_cfg = TrainerConfig(lr=1e-3, micro_token_budget=16384, max_seq_len=512, sync_every_steps=1)
+    rl_cfg = TrainerConfig(lr=args.rl_lr, micro_token_budget=16384, max_seq_len=512, sync_every_steps=1)
     rl = Trainer(policy, grpo, source, rl_cfg, tokenizer=tok, publisher=publisher,
                  loggers=[ConsoleLogger(args.rl_steps, ("loss", "reward_mean"), "GRPO"),
                           JsonlLogger(out / "grpo.jsonl")])

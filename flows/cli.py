@@ -1,20 +1,90 @@
-"""`ludic` command line: the README's main command and small utilities.
+"""`ludic` command line.
 
-`ludic demo` runs on the embedded default: CPU, a tiny model built offline,
-in-process inference. Until the Prefect demo chain lands it collects real
-tic-tac-toe rollouts (token ids + log-probs) from a scripted teacher and from
-the untrained tiny LLM and prints what they achieve.
+`ludic demo` is the README's main command: the demo chain (rejection sampling
+-> SFT -> RL on tic-tac-toe) as Prefect flows on the embedded Prefect API, CPU
+only, a tiny model built offline, ending with a table of win+draw rates.
+`ludic run FLOW --config FILE` runs any flow with a YAML/JSON config validated
+by that flow's config model; `ludic model tiny` builds a model directory.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-__all__ = ["main"]
+__all__ = ["main", "FLOWS"]
+
+# flow name -> (module, flow function, config class)
+FLOWS: dict[str, tuple[str, str, str]] = {
+    "demo": ("flows.demo", "demo", "DemoConfig"),
+    "rejection_sampling": ("flows.rejection_sampling", "rejection_sampling", "RejectionSamplingConfig"),
+    "sft": ("flows.sft", "sft", "SFTFlowConfig"),
+    "rl_train": ("flows.rl_train", "rl_train", "RLTrainConfig"),
+    "evaluate": ("flows.evaluate", "evaluate", "EvaluateConfig"),
+}
+
+
+def load_flow(name: str) -> tuple[Any, Any]:
+    import importlib
+
+    if name not in FLOWS:
+        raise ValueError(f"unknown flow {name!r}; choose one of {sorted(FLOWS)}")
+    module, fn, cfg = FLOWS[name]
+    mod = importlib.import_module(module)
+    return getattr(mod, fn), getattr(mod, cfg)
+
+
+def read_config_file(path: str) -> dict:
+    text = Path(path).read_text()
+    if path.endswith((".yaml", ".yml")):
+        import yaml
+
+        data = yaml.safe_load(text) or {}
+    else:
+        data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a flow config must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def _print_table(rows: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="tic-tac-toe vs a random opponent (greedy)")
+    for col in rows[0]:
+        table.add_column(col, justify="left" if col == "stage" else "right")
+    for row in rows:
+        table.add_row(*[str(v) for v in row.values()])
+    Console().print(table)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from flows.demo import DemoConfig, demo
+
+    overrides = {k: v for k, v in {"run_dir": args.out, "sft_steps": args.sft_steps, "rl_steps": args.rl_steps,
+                                   "teacher_games": args.teacher_games, "eval_games": args.eval_games}.items()
+                 if v is not None}
+    cfg = DemoConfig(**overrides)
+    start = time.perf_counter()
+    result = demo(cfg)
+    _print_table(result["rows"])
+    print(f"demo chain done in {time.perf_counter() - start:.0f} s; outputs under {cfg.run_dir}")
+    for stage, path in result["lineage"].items():
+        print(f"  {stage}: {path}")
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    flow_fn, cfg_cls = load_flow(args.flow)
+    cfg = cfg_cls.model_validate(read_config_file(args.config) if args.config else {})
+    result = flow_fn(cfg)
+    print(json.dumps(result, indent=2, default=str))
+    return 0
 
 
 def _cmd_model(args: argparse.Namespace) -> int:
@@ -25,83 +95,20 @@ def _cmd_model(args: argparse.Namespace) -> int:
     return 0
 
 
-def _collect(client, requests, *, jsonl: Path, group_size: int):
-    from ludic_core.agents import Agent
-    from ludic_core.context import SlidingWindowContext
-    from ludic_core.envs import TicTacToeEnv
-    from ludic_core.interaction import SingleAgentSyncProtocol
-    from ludic_core.parsers import xml_tag_parser
-    from ludic_core.rollout import GRPORequestStrategy, RolloutEngine
-
-    engine = RolloutEngine(
-        {"tic_tac_toe": TicTacToeEnv},
-        # The board is the whole state: the latest observation is all the model needs.
-        {"single_agent": lambda: SingleAgentSyncProtocol(
-            Agent(client, parser=xml_tag_parser("move"), context=SlidingWindowContext(1))
-        )},
-        jsonl_path=jsonl,
-    )
-    start = time.perf_counter()
-    rollouts = asyncio.run(engine.generate_rollouts(
-        requests, max_steps=9, strategy=GRPORequestStrategy(group_size, seed=0)
-    ))
-    return rollouts, time.perf_counter() - start
-
-
-def _cmd_demo(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
-    from ludic_core.envs import scripted_tic_tac_toe_policy
-    from ludic_core.eval import tic_tac_toe_metrics
-    from ludic_core.inference import InferenceSpec, LocalChatClient, SamplingConfig, ScriptedChatClient
-    from ludic_core.models import build_tiny_model
-    from ludic_core.rollout import EnvSpec, ProtocolSpec, RolloutRequest
-
-    console = Console()
-    out = Path(args.out)
-    model_dir = build_tiny_model(out / "models" / "tiny-1m", "tiny-1m", seed=0)
-    console.print(f"tiny model at [bold]{model_dir}[/bold]")
-    llm = LocalChatClient(model_dir)
-    spec = InferenceSpec(sampling=SamplingConfig(temperature=1.0, max_tokens=24))
-    requests = [
-        RolloutRequest(
-            env=EnvSpec(kind="tic_tac_toe", kwargs={"opponent": "random", "agent_mark": mark}),
-            protocol=ProtocolSpec(kind="single_agent"), env_seed=i, inference=spec,
-        )
-        for i in range(args.games // (2 * args.group_size)) for mark in ("X", "O")
-    ]
-    players = {
-        "minimax teacher (scripted)": ScriptedChatClient(
-            scripted_tic_tac_toe_policy("minimax", seed=0), llm.tokenizer
-        ),
-        "random-legal (scripted)": ScriptedChatClient(scripted_tic_tac_toe_policy("random", seed=0)),
-        "tiny LLM, untrained": llm,
-    }
-    table = Table(title="tic-tac-toe vs a random opponent (rollouts with token traces)")
-    for col in ("player", "games", "legal moves", "win+draw", "tokens", "seconds"):
-        table.add_column(col, justify="right" if col != "player" else "left")
-    for name, client in players.items():
-        slug = name.split(" ")[0].replace(",", "")
-        rollouts, secs = _collect(client, requests, jsonl=out / "demo" / f"{slug}.jsonl",
-                                  group_size=args.group_size)
-        m = tic_tac_toe_metrics(rollouts)
-        tokens = sum(len(s.trace.completion_token_ids) for r in rollouts for s in r.steps if s.trace)
-        table.add_row(name, f"{int(m['games'])}", f"{m['legal_move_rate']:.2f}",
-                      f"{m['win_draw_rate']:.2f}", str(tokens), f"{secs:.1f}")
-    console.print(table)
-    console.print(f"rollouts (JSONL, reloadable with ludic_core.rollout.read_rollouts) in {out / 'demo'}")
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ludic", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="ludic", description="Ludic on Prefect")
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="run the main demo on the embedded default (CPU, tiny model)")
-    demo.add_argument("--out", default="runs", help="where models and rollouts go")
-    demo.add_argument("--games", type=int, default=128, help="games per player")
-    demo.add_argument("--group-size", type=int, default=8, help="episodes per request (GRPO group)")
+    demo = sub.add_parser("demo", help="rejection sampling -> SFT -> RL on tic-tac-toe (embedded Prefect, CPU)")
+    demo.add_argument("--out", help="run directory (default runs/demo)")
+    demo.add_argument("--sft-steps", type=int)
+    demo.add_argument("--rl-steps", type=int)
+    demo.add_argument("--teacher-games", type=int)
+    demo.add_argument("--eval-games", type=int)
     demo.set_defaults(func=_cmd_demo)
+    run = sub.add_parser("run", help="run a flow with a YAML/JSON config file")
+    run.add_argument("flow", choices=sorted(FLOWS))
+    run.add_argument("--config", help="YAML or JSON file validated by the flow's config model")
+    run.set_defaults(func=_cmd_run)
     model = sub.add_parser("model", help="build models offline")
     model_sub = model.add_subparsers(dest="model_command", required=True)
     tiny = model_sub.add_parser("tiny", help="build a tiny random model + tokenizer directory")
@@ -117,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except (ValueError, FileExistsError) as exc:
+    except (ValueError, FileExistsError, FileNotFoundError) as exc:
         print(f"ludic: error: {exc}", file=sys.stderr)
         return 2
 

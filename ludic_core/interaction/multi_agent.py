@@ -7,6 +7,9 @@ parser's feedback as the next observation, which is fed back to the agent so it
 can try again. Every round (env step or failed attempt) counts towards
 `max_steps`; running out records the episode as truncated, and so does a
 prompt that outgrows the model's context (`meta["context_overflow"]`).
+With `max_parse_failures=N`, an agent's N-th consecutive parse failure also
+ends the episode as truncated (`meta["parse_failure_limit"]`): for envs where a
+malformed reply should cost the game rather than buy another try.
 """
 
 from __future__ import annotations
@@ -30,11 +33,15 @@ log = logging.getLogger(__name__)
 class MultiAgentProtocol:
     """Drives a `LudicEnv` with one `Agent` per agent id."""
 
-    def __init__(self, agents: dict[str, Any], *, system_prompt: str | None = None) -> None:
+    def __init__(self, agents: dict[str, Any], *, system_prompt: str | None = None,
+                 max_parse_failures: int | None = None) -> None:
         if not agents:
             raise ValueError("MultiAgentProtocol needs at least one agent")
+        if max_parse_failures is not None and max_parse_failures < 1:
+            raise ValueError(f"max_parse_failures must be >= 1 or None, got {max_parse_failures}")
         self.agents = dict(agents)
         self.system_prompt = system_prompt
+        self.max_parse_failures = max_parse_failures
 
     def _check_env(self, env: LudicEnv) -> None:
         missing = [a for a in env.agent_ids if a not in self.agents]
@@ -79,6 +86,9 @@ class MultiAgentProtocol:
                 return col.rollouts(truncated=True, error=None)
             if error is not None:
                 return col.rollouts(truncated=False, error=error)
+            if self._failure_limit_hit(col):
+                col.meta["parse_failure_limit"] = True
+                return col.rollouts(truncated=True, error=None)
         done = not env.active_agents()
         return col.rollouts(truncated=not done, error=None)
 
@@ -128,6 +138,16 @@ class MultiAgentProtocol:
                 col.add_passive(agent_id, outcome)
             self.agents[agent_id].on_after_step(outcome.obs, outcome.info)
         return None
+
+    def _failure_limit_hit(self, col: TraceCollector) -> bool:
+        n = self.max_parse_failures
+        if n is None:
+            return False
+        for steps in col.steps.values():
+            tail = steps[-n:]
+            if len(tail) == n and all(s.info.get("parse_error") for s in tail):
+                return True
+        return False
 
     @staticmethod
     def _record_action(col: TraceCollector, agent_id: str, act: Any, trace: Any, outcome: StepOutcome) -> None:

@@ -18,9 +18,11 @@ class SingleAgentSyncProtocol:
     Same parse-failure and truncation semantics as `MultiAgentProtocol`.
     """
 
-    def __init__(self, agent: Any, *, system_prompt: str | None = None) -> None:
+    def __init__(self, agent: Any, *, system_prompt: str | None = None,
+                 max_parse_failures: int | None = None) -> None:
         self.agent = agent
         self.system_prompt = system_prompt
+        self.max_parse_failures = max_parse_failures
 
     async def run(
         self,
@@ -36,7 +38,8 @@ class SingleAgentSyncProtocol:
                 f"SingleAgentSyncProtocol needs a single-agent env; "
                 f"{type(env).__name__} has agents {env.agent_ids} (use MultiAgentProtocol)"
             )
-        inner = MultiAgentProtocol({env.agent_ids[0]: self.agent}, system_prompt=self.system_prompt)
+        inner = MultiAgentProtocol({env.agent_ids[0]: self.agent}, system_prompt=self.system_prompt,
+                                   max_parse_failures=self.max_parse_failures)
         return await inner.run(
             env, max_steps=max_steps, env_seed=env_seed,
             sampling_seed=sampling_seed, inference=inference,

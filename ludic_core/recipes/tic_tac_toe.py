@@ -38,10 +38,14 @@ def tic_tac_toe_engine(client: Any, *, jsonl_path: str | None = None, max_concur
     """Engine with the tic-tac-toe env and a single-agent protocol over `client`.
 
     The board is the whole state, so the agent sees only the latest observation
-    (SlidingWindowContext(1)): short prompts, fast rollouts and training.
+    (SlidingWindowContext(1)): short prompts, fast rollouts and training. A
+    malformed or cut-off reply costs the game (-1, like an illegal move) rather
+    than buying a retry: with a one-observation context the retry would not even
+    show the board again.
     """
     def protocol() -> SingleAgentSyncProtocol:
-        return SingleAgentSyncProtocol(Agent(client, parser=xml_tag_parser("move"), context=SlidingWindowContext(1)))
+        agent = Agent(client, parser=xml_tag_parser("move"), context=SlidingWindowContext(1))
+        return SingleAgentSyncProtocol(agent, max_parse_failures=1)
 
     return RolloutEngine({"tic_tac_toe": TicTacToeEnv}, {"single_agent": protocol},
                          jsonl_path=jsonl_path, max_concurrency=max_concurrency)

@@ -118,3 +118,13 @@ def test_context_overflow_ends_the_episode_truncated_not_failed(tiny_model_dir):
     assert not r.failed and r.meta["truncated"]
     assert "context" in r.meta["context_overflow"]
     assert 2 <= r.length < 50 and r.steps[-1].truncated
+
+
+def test_max_parse_failures_ends_the_episode_truncated():
+    agent = Agent(ScriptedChatClient(lambda msgs: "no move"), parser=xml_tag_parser("move"))
+    proto = SingleAgentSyncProtocol(agent, max_parse_failures=2)
+    (r,) = asyncio.run(proto.run(TicTacToeEnv(), max_steps=9, env_seed=0))
+    assert r.length == 2 and r.meta["parse_failure_limit"] and r.meta["truncated"]
+    assert r.total_reward == pytest.approx(-2.0)
+    with pytest.raises(ValueError, match="max_parse_failures"):
+        MultiAgentProtocol({"a": agent}, max_parse_failures=0)

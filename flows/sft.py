@@ -1,0 +1,41 @@
+"""SFT: a token-level dataset -> a checkpoint, in checkpointed stages."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from prefect import flow
+from pydantic import Field
+
+from flows.common import FlowConfig
+from flows.staging import run_stages
+from ludic_core.config import SFTConfig, TrainerConfig
+from ludic_core.training.stage import DatasetData, StageSpec
+from tasks.artifacts import learning_curve_artifact
+
+
+class SFTFlowConfig(FlowConfig):
+    model_path: str = Field(description="initial weights (HF model dir)")
+    dataset_path: str = Field(description="dataset written by rejection_sampling")
+    out_dir: str = Field("runs/demo/sft", description="checkpoints and metrics")
+    steps: int = Field(150, ge=1)
+    steps_per_stage: int = Field(50, ge=1, description="each stage ends in a checkpoint")
+    batch_size: int = Field(64, ge=1)
+    trainer: TrainerConfig = TrainerConfig(lr=3e-3, warmup_steps=10, schedule="cosine", total_steps=150,
+                                           micro_token_budget=16384, max_seq_len=512)
+    launcher: Literal["in_process", "torchrun"] = "in_process"
+    nproc: int = Field(2, ge=1, description="processes per stage under torchrun")
+    progress_bar: bool = Field(False, description="console progress bars for the stages")
+
+
+@flow(name="sft", log_prints=True)
+def sft(cfg: SFTFlowConfig) -> str:
+    """Returns the final checkpoint's model directory."""
+    spec = StageSpec(model_path=cfg.model_path, checkpoint_dir=f"{cfg.out_dir}/checkpoints",
+                     algorithm=SFTConfig(), trainer=cfg.trainer, until_step=cfg.steps,
+                     data=DatasetData(path=cfg.dataset_path, batch_size=cfg.batch_size),
+                     metrics_path=f"{cfg.out_dir}/metrics.jsonl", progress_bar=cfg.progress_bar)
+    result = run_stages(spec, total_steps=cfg.steps, steps_per_stage=cfg.steps_per_stage,
+                        launcher=cfg.launcher, nproc=cfg.nproc, title="SFT")
+    learning_curve_artifact("sft-learning-curve", spec.metrics_path, fields=("loss",))
+    return result["model_path"]

@@ -1,0 +1,104 @@
+"""Flows on the real embedded Prefect API: retries, resume, and skipping done stages."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from flows.rejection_sampling import RejectionSamplingConfig, rejection_sampling
+from flows.sft import SFTFlowConfig, sft
+from ludic_core.config import TrainerConfig
+
+
+def _steps(metrics: Path) -> list[int]:
+    return [json.loads(line)["step"] for line in metrics.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def dataset(prefect_api, tiny_model_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("rs")
+    return rejection_sampling(RejectionSamplingConfig(model_path=str(tiny_model_dir), out_dir=str(out), games=24))
+
+
+def test_transient_rollout_failure_is_retried(prefect_api, tiny_model_dir, tmp_path, monkeypatch):
+    import tasks.rollouts as rollouts_task
+
+    real, calls = rollouts_task.teacher_rollouts, []
+
+    def flaky(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise ConnectionError("inference server hiccup")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rollouts_task, "teacher_rollouts", flaky)
+    path = rejection_sampling(RejectionSamplingConfig(model_path=str(tiny_model_dir), out_dir=str(tmp_path), games=8))
+    assert len(calls) == 2 and Path(path).is_dir()
+
+
+def test_rerun_skips_completed_rejection_sampling(prefect_api, tiny_model_dir, tmp_path, monkeypatch):
+    cfg = RejectionSamplingConfig(model_path=str(tiny_model_dir), out_dir=str(tmp_path), games=8)
+    first = rejection_sampling(cfg)
+    import tasks.rollouts as rollouts_task
+
+    monkeypatch.setattr(rollouts_task, "teacher_rollouts", lambda *a, **k: pytest.fail("stage re-ran"))
+    assert rejection_sampling(cfg) == first
+
+
+def _sft_cfg(model: Path, dataset: str, out: Path, **kw) -> SFTFlowConfig:
+    return SFTFlowConfig(model_path=str(model), dataset_path=dataset, out_dir=str(out), batch_size=8,
+                         trainer=TrainerConfig(lr=1e-3, checkpoint_every=1), **kw)
+
+
+def test_sft_flow_runs_in_stages_and_a_rerun_skips_them(prefect_api, tiny_model_dir, dataset, tmp_path):
+    cfg = _sft_cfg(tiny_model_dir, dataset, tmp_path, steps=4, steps_per_stage=2)
+    model = sft(cfg)
+    assert Path(model, "model.safetensors").exists() and "step_00000004" in model
+    assert _steps(tmp_path / "metrics.jsonl") == [1, 2, 3, 4]
+    assert sft(cfg) == model  # every stage's checkpoint exists: nothing is trained again
+    assert _steps(tmp_path / "metrics.jsonl") == [1, 2, 3, 4]
+
+
+def _stage_workers() -> list[int]:
+    """PIDs of torchrun worker ranks running a training stage (not the torchrun agent)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "ludic_core.training.stage" in cmd and "torch.distributed.run" not in cmd:
+            pids.append(int(entry.name))
+    return pids
+
+
+@pytest.mark.slow
+def test_sigkilled_torchrun_stage_is_retried_and_resumes(prefect_api, tiny_model_dir, dataset, tmp_path):
+    killed: list[int] = []
+
+    def killer() -> None:  # SIGKILL one rank once step 2's checkpoint exists
+        deadline = time.time() + 300
+        while time.time() < deadline and not killed:
+            if (tmp_path / "checkpoints" / "step_00000002").is_dir():
+                for pid in _stage_workers()[:1]:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=killer, daemon=True)
+    watcher.start()
+    model = sft(_sft_cfg(tiny_model_dir, dataset, tmp_path, steps=4, steps_per_stage=4,
+                         launcher="torchrun", nproc=2))
+    watcher.join(timeout=1)
+    assert killed, "the stage finished before it could be killed"
+    assert "step_00000004" in model
+    steps = _steps(tmp_path / "metrics.jsonl")
+    assert steps[-1] == 4 and steps.count(1) == 1, steps  # resumed from a checkpoint, not from step 0
