@@ -21,7 +21,7 @@ COLUMNS = ("prompt_token_ids", "completion_token_ids", "completion_text", "rewar
 
 def rollouts_to_dataset(rollouts: Sequence[Rollout]) -> Any:
     """One row per traced step of every rollout (steps without a trace are skipped)."""
-    from datasets import Dataset
+    from datasets import Dataset, Features, Sequence as Seq, Value
 
     rows: dict[str, list] = {c: [] for c in COLUMNS}
     for r in rollouts:
@@ -34,13 +34,21 @@ def rollouts_to_dataset(rollouts: Sequence[Rollout]) -> Any:
             rows["reward"].append(float(r.total_reward))
             rows["rollout_id"].append(r.id)
             rows["step_index"].append(int(s.index))
-    return Dataset.from_dict(rows)
+    features = Features({
+        "prompt_token_ids": Seq(Value("int64")), "completion_token_ids": Seq(Value("int64")),
+        "completion_text": Value("string"), "reward": Value("float64"),
+        "rollout_id": Value("string"), "step_index": Value("int64"),
+    })  # explicit, so an empty result (nothing kept) is still a valid dataset
+    return Dataset.from_dict(rows, features=features)
 
 
 def save_dataset(dataset: Any, path: str | Path) -> Path:
     """Write atomically: a half-written dataset never appears at `path`."""
     import shutil
 
+    if len(dataset) == 0:
+        raise ValueError(f"refusing to write an empty dataset to {path}: rejection sampling kept nothing "
+                         "(lower min_reward or sample more episodes)")
     out = Path(path)
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)

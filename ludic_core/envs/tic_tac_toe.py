@@ -26,6 +26,7 @@ __all__ = [
     "legal_moves",
     "minimax_moves",
     "render_board",
+    "render_numbered",
     "parse_observation",
     "TicTacToeEnv",
     "TicTacToeDuelEnv",
@@ -44,7 +45,7 @@ _SYSPROMPT = (
     "Answer with the cell number inside <move></move> tags, e.g. <move>5</move>."
 )
 _BOARD_RE = re.compile(
-    r"^[ \t]*([XO.]{3})[ \t]*\r?\n[ \t]*([XO.]{3})[ \t]*\r?\n[ \t]*([XO.]{3})[ \t]*$", re.M
+    r"^[ \t]*([XO.1-9]{3})[ \t]*\r?\n[ \t]*([XO.1-9]{3})[ \t]*\r?\n[ \t]*([XO.1-9]{3})[ \t]*$", re.M
 )
 _MARK_RE = re.compile(r"You are ([XO])\b")
 
@@ -142,8 +143,20 @@ def render_board(board: str | Iterable[str]) -> str:
 # ------------------------------------------------------------- observations
 
 
+def render_numbered(board: str | Iterable[str]) -> str:
+    """The board with each empty cell shown as its number ("1X3\n4O6\n789").
+
+    Observations use this: a legal move is then a digit the model can *copy*
+    from the board, which small models learn far faster than mapping grid
+    positions to cell numbers.
+    """
+    b = _as_board(board)
+    cells = "".join(c if c != "." else str(i + 1) for i, c in enumerate(b))
+    return f"{cells[0:3]}\n{cells[3:6]}\n{cells[6:9]}"
+
+
 def _obs(b: str, mark: str, status: str) -> str:
-    return f"Board:\n{render_board(b)}\nYou are {mark}. {status}"
+    return f"Board:\n{render_numbered(b)}\nYou are {mark}. {status}"
 
 
 def _prompt_obs(b: str, mark: str) -> str:
@@ -183,6 +196,7 @@ def parse_observation(text: str) -> tuple[str, str]:
     if not boards:
         raise ValueError(f"no tic-tac-toe board (3 lines of 'X', 'O', '.') in message: {text!r}")
     b = "".join(boards[-1])
+    b = "".join("." if c.isdigit() else c for c in b)  # numbered empty cells
     marks = _MARK_RE.findall(text)
     mark = marks[-1] if marks else ("X" if b.count("X") == b.count("O") else "O")
     return b, mark

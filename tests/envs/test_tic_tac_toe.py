@@ -14,6 +14,7 @@ from ludic_core.envs.tic_tac_toe import (
     minimax_moves,
     parse_observation,
     render_board,
+    render_numbered,
     winner,
 )
 
@@ -52,6 +53,14 @@ def test_bad_board_is_rejected():
 
 def test_render_board():
     assert render_board("X.O.X...O") == "X.O\n.X.\n..O"
+    assert render_numbered("X.O.X...O") == "X2O\n4X6\n78O"
+
+
+def test_scripted_policy_reads_numbered_boards():
+    policy = scripted_tic_tac_toe_policy("minimax", seed=0)
+    # X to move with X at 1 and 2: completing the row at 3 wins
+    msg = [{"role": "user", "content": "Board:\nXX3\nOO6\n789\nYou are X. Your move (1-9)."}]
+    assert policy(msg) == "<move>3</move>"
 
 
 def test_minimax_empty_board_all_moves_draw():
@@ -88,7 +97,7 @@ def test_env_interface_and_reset_observation():
     assert isinstance(env, SingleAgentEnv) and isinstance(env, LudicEnv)
     out = env.reset(seed=0)
     obs, info = out["agent_0"]
-    assert obs == "Board:\n...\n...\n...\nYou are X. Your move (1-9)."
+    assert obs == "Board:\n123\n456\n789\nYou are X. Your move (1-9)."
     assert info["legal_moves"] == list(range(1, 10))
     assert info["optimal_moves"] == list(range(1, 10))
     assert env.active_agents() == ["agent_0"]
@@ -100,7 +109,7 @@ def test_agent_as_o_gets_opponent_first_move():
     obs, info = env.env_reset(seed=3)
     assert env.board.count("X") == 1 and env.board.count("O") == 0
     assert obs.endswith("You are O. Your move (1-9).")
-    assert render_board(env.board) in obs
+    assert render_numbered(env.board) in obs
     assert len(info["legal_moves"]) == 8
     assert info["opponent_move"] == env.board.index("X") + 1
 
@@ -208,7 +217,7 @@ def test_non_terminal_reward_and_optimal_info():
     board = env.board
     assert out.info["optimal_moves"] == minimax_moves(board, "X")
     assert out.info["legal_moves"] == legal_moves(board)
-    assert out.obs == f"Board:\n{render_board(board)}\nYou are X. Your move (1-9)."
+    assert out.obs == f"Board:\n{render_numbered(board)}\nYou are X. Your move (1-9)."
 
 
 # ------------------------------------------------------------------ duel env

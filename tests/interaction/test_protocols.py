@@ -80,7 +80,7 @@ def test_two_llm_agents_play_each_other(format_tuned_model_dir):
 
     async def play(seed):
         agents = {
-            m: Agent(client, parser=xml_tag_parser("move"), inference=spec, context=SlidingWindowContext(1))
+            m: Agent(client, parser=first_digit_parser, inference=spec, context=SlidingWindowContext(1))
             for m in ("X", "O")
         }
         return await MultiAgentProtocol(agents).run(TicTacToeDuelEnv(), max_steps=8, sampling_seed=seed)
@@ -103,7 +103,6 @@ def test_two_llm_agents_play_each_other(format_tuned_model_dir):
             results = {rx.steps[-1].info.get("result"), ro.steps[-1].info.get("result")} if ro.steps else set()
             assert rx.steps[-1].terminated
             assert results <= {"win", "loss", "draw", "illegal", "opponent_illegal", None}
-    print("moves", moves)
     assert moves >= 4  # the LLMs really moved, not only failed to parse
     assert client.stats["max_batch"] >= 2  # concurrent episodes shared decode batches
 

@@ -38,9 +38,9 @@ def test_empty_or_foreign_dataset_is_a_clear_error(tmp_path):
     save_dataset(Dataset.from_dict({"text": ["a"]}), tmp_path / "foreign")
     with pytest.raises(ValueError, match="lacks columns"):
         load_saw_items(tmp_path / "foreign")
-    save_dataset(rollouts_to_dataset([]), tmp_path / "empty")
     with pytest.raises(ValueError, match="kept nothing"):
-        load_saw_items(tmp_path / "empty")
+        save_dataset(rollouts_to_dataset([]), tmp_path / "empty")
+    assert not (tmp_path / "empty").exists()
 
 
 def test_a_second_stage_resumes_where_the_first_ended(tiny_model_dir, dataset, tmp_path):
