@@ -1,8 +1,8 @@
 """Token-budget micro-batching: length-sorted packing with little padding.
 
-Sorting items by length before cutting micro-batches puts similar lengths
-together, so padding waste stays small; the budget bounds the padded tokens
-(rows x longest row) of each micro-batch, hence peak activation memory.
+Sorting items by length puts similar lengths together; the cut points are then
+chosen to minimise padding (plus a per-forward cost), and the budget bounds the
+padded tokens (rows x longest row) of each micro-batch, hence peak memory.
 """
 
 from __future__ import annotations
@@ -59,27 +59,42 @@ def _pack(items: Sequence[SAWItem], pad_id: int) -> MicroBatch:
 
 
 def collate_micro_batches(
-    items: Sequence[SAWItem], *, micro_token_budget: int, pad_id: int
+    items: Sequence[SAWItem], *, micro_token_budget: int, pad_id: int, batch_overhead_tokens: int = 256
 ) -> list[MicroBatch]:
     """Cut `items` into micro-batches of at most `micro_token_budget` padded tokens.
 
-    An item longer than the budget gets a micro-batch of its own (the budget is a
-    packing target; `max_seq_len` is what bounds single items).
+    Items are sorted by length (longest first) and cut where it minimises padded
+    tokens plus `batch_overhead_tokens` per micro-batch (a forward pass has a
+    fixed cost), by dynamic programming over the sorted lengths. An item longer
+    than the budget gets a micro-batch of its own (`max_seq_len` is what bounds
+    single items).
     """
     if micro_token_budget < 1:
         raise ValueError(f"micro_token_budget must be >= 1, got {micro_token_budget}")
     order = sorted(items, key=len, reverse=True)
-    batches: list[list[SAWItem]] = []
-    current: list[SAWItem] = []
-    for it in order:
-        width = len(current[0]) if current else len(it)  # longest first: row 0 sets the width
-        if current and (len(current) + 1) * width > micro_token_budget:
-            batches.append(current)
-            current = []
-        current.append(it)
-    if current:
-        batches.append(current)
-    return [_pack(b, pad_id) for b in batches]
+    cuts = _best_cuts([len(i) for i in order], micro_token_budget, batch_overhead_tokens)
+    return [_pack(order[a:b], pad_id) for a, b in cuts]
+
+
+def _best_cuts(lengths: list[int], budget: int, overhead: int) -> list[tuple[int, int]]:
+    """Optimal contiguous split of descending `lengths`: cost[j] = min over i of
+    cost[i] + overhead + (j - i) * lengths[i], subject to (j - i) * lengths[i] <= budget."""
+    n = len(lengths)
+    best = [0.0] + [float("inf")] * n
+    back = [0] * (n + 1)
+    for i in range(n):  # a micro-batch starting at item i has width lengths[i]
+        if best[i] == float("inf"):
+            continue
+        rows = max(1, budget // max(lengths[i], 1))
+        for j in range(i + 1, min(n, i + rows) + 1):
+            cost = best[i] + overhead + (j - i) * lengths[i]
+            if cost < best[j]:
+                best[j], back[j] = cost, i
+    cuts, j = [], n
+    while j > 0:
+        cuts.append((back[j], j))
+        j = back[j]
+    return cuts[::-1]
 
 
 def padding_waste(batches: Sequence[MicroBatch]) -> float:

@@ -88,3 +88,17 @@ def test_padding_is_marked_and_logprobs_default_to_zero():
     assert mb.input_ids[1].tolist() == [0, 1, 9, 9]
     assert mb.action_mask[1].tolist() == [0.0, 1.0, 0.0, 0.0]
     assert torch.equal(mb.actor_logprobs, torch.zeros(2, 4))
+
+
+def test_cut_points_minimise_padding_not_just_fill_the_budget():
+    # lengths 100, 100, 50, 50, 50, 50; budget 400; no per-batch cost.
+    # Greedy filling would take [100, 100, 50, 50] (4 x 100 = 400) + [50, 50]: 500 padded for
+    # 400 real (20% waste). The optimum is [100, 100] + [50, 50, 50, 50]: 200 + 200, no waste.
+    items = [_item(n) for n in (50, 100, 50, 50, 100, 50)]
+    mbs = collate_micro_batches(items, micro_token_budget=400, pad_id=0, batch_overhead_tokens=0)
+    assert [tuple(mb.input_ids.shape) for mb in mbs] == [(2, 100), (4, 50)]
+    assert padding_waste(mbs) == 0.0
+    # a per-forward cost larger than the padding saved merges batches instead
+    merged = collate_micro_batches([_item(n) for n in (10, 9)], micro_token_budget=400, pad_id=0,
+                                   batch_overhead_tokens=5)
+    assert [tuple(mb.input_ids.shape) for mb in merged] == [(2, 10)]
