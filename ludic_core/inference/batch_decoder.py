@@ -102,9 +102,9 @@ class BatchDecoder:
         from transformers import DynamicCache
 
         cache = DynamicCache(config=self.model.config)
-        out = self.model(
+        out = self.model(  # logits for the last position only: [B, 1, V], not [B, T, V]
             input_ids=ids, attention_mask=mask, position_ids=positions,
-            past_key_values=cache, use_cache=True,
+            past_key_values=cache, use_cache=True, logits_to_keep=1,
         )
         logits = out.logits[:, -1, :].float().cpu()
         live = list(range(len(rows)))  # indices into `rows` of rows still decoding
