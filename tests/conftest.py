@@ -75,3 +75,70 @@ def format_tuned_model_dir(tiny_model_dir, tmp_path_factory):
     model.save_pretrained(out)
     tok.save_pretrained(out)
     return out
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tiny_model_dir, tmp_path_factory):
+    """One real vLLM server (the CPU build here) for the whole session, started
+    the way a user does: `ludic serve --model DIR`, which prints a JSON line
+    once /health answers. Stopped by PID at the end (SIGTERM to `ludic serve`,
+    which stops the server's process group). A missing vLLM environment fails
+    the tests that need it: run `ludic serve --setup` (`.ci/run` does)."""
+    import json
+    import os
+    import secrets
+    import signal
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    from ludic_core.inference.vllm_server import pid_alive, free_port
+    from ludic_core.inference.vllm_setup import env_python
+
+    if not env_python().exists():
+        pytest.fail(f"no vLLM environment at {env_python().parent.parent}: run `ludic serve --setup`")
+    key, port = secrets.token_urlsafe(16), free_port()
+    logs = tmp_path_factory.mktemp("vllm-logs")
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", "serve", "--model", str(tiny_model_dir), "--port", str(port),
+         "--log-dir", str(logs)],
+        env={**os.environ, "LUDIC_VLLM_API_KEY": key}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    first = cli.stdout.readline()
+    if not first.startswith("{"):
+        cli.kill()
+        pytest.fail(f"`ludic serve` did not start: {first}{cli.stdout.read()[-3000:]}")
+    info = json.loads(first)
+    server = SimpleNamespace(**info, api_key=key, model_dir=tiny_model_dir, cli_pid=cli.pid,
+                             root_url=info["base_url"].removesuffix("/v1"))
+    yield server
+    cli.send_signal(signal.SIGTERM)
+    cli.wait(timeout=60)
+    assert not pid_alive(info["pid"]), "the vLLM server outlived `ludic serve`"
+
+
+@pytest.fixture(scope="session")
+def teacher_logprobs():
+    """f(model, response, temperature, top_p=1.0) -> log-probs of the response's
+    completion tokens under a full teacher-forced forward pass, in the sampling
+    distribution's convention (temperature 0 = the unscaled distribution;
+    top-p renormalised over the nucleus)."""
+    import torch
+
+    def compute(model, resp, temperature: float, top_p: float = 1.0) -> list[float]:
+        ids = torch.tensor([resp.prompt_token_ids + resp.completion_token_ids])
+        with torch.no_grad():
+            logits = model(ids).logits[0].float()
+        logp = torch.log_softmax(logits / (temperature or 1.0), dim=-1)
+        start, out = len(resp.prompt_token_ids) - 1, []
+        for i, tok in enumerate(resp.completion_token_ids):
+            row = logp[start + i]
+            if top_p < 1.0:
+                probs, order = torch.sort(row.exp(), descending=True)
+                kept = order[(probs.cumsum(0) - probs) < top_p]
+                nucleus = torch.full_like(row, float("-inf"))
+                nucleus[kept] = torch.log_softmax(row[kept], dim=-1)
+                row = nucleus
+            out.append(float(row[tok]))
+        return out
+
+    return compute

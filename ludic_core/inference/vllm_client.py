@@ -1,0 +1,216 @@
+"""`VLLMChatClient`: the `ChatClient` seam over a vLLM server's OpenAI API.
+
+Each completion asks vLLM for what the trainer needs: prompt and completion
+token ids (`return_token_ids`) and the chosen tokens' log-probs (`logprobs`),
+which the launcher's `--logprobs-mode processed_logprobs` makes the log-probs
+of the distribution actually sampled from, as `LocalChatClient` reports them.
+
+Which weights produced a completion: the OpenAI response does not say, so the
+client brackets each request with the server's weight version (GET
+/weight_info, one read shared by all requests that finish together). A
+publish pauses the server with mode=wait and sets the new version before it
+resumes, so equal versions before and after mean the whole completion came
+from that version. If they differ a push finished meanwhile and the
+completion is sent again (rare: pushes are seconds apart, requests short).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Mapping
+
+import httpx
+
+from ludic_core.inference.errors import ContextLengthError, InferenceServerError
+from ludic_core.inference.sampling import ChatCompletionRequest
+from ludic_core.inference.vllm_http import (
+    RETRYABLE_STATUS,
+    RetryPolicy,
+    auth_headers,
+    check_response,
+    gone_error,
+)
+from ludic_core.types import ChatResponse
+
+__all__ = ["VLLMChatClient", "parse_version"]
+
+log = logging.getLogger(__name__)
+
+
+def parse_version(value: Any) -> int | None:
+    """vLLM's weight version string as ludic's int: "default" (never pushed) is 0."""
+    text = str(value)
+    if text == "default":
+        return 0
+    return int(text) if text.lstrip("-").isdigit() else None
+
+
+class VLLMChatClient:
+    """`ChatClient` for a vLLM server; `base_url` ends in /v1."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str = "policy",
+        api_key: str | None = None,
+        timeout_s: float = 120.0,
+        retry: RetryPolicy = RetryPolicy(),
+        max_connections: int = 64,
+        max_version_retries: int = 3,
+    ) -> None:
+        base_url = base_url.rstrip("/")
+        if not base_url.endswith("/v1"):
+            raise ValueError(f"base_url must be the OpenAI API root ending in /v1, got {base_url!r}")
+        self.base_url, self.root_url = base_url, base_url[: -len("/v1")]
+        self.model, self.retry = model, retry
+        self.max_version_retries = max_version_retries
+        self._api_key, self._timeout_s, self._max_conn = api_key, timeout_s, max_connections
+        self._http: httpx.AsyncClient | None = None
+        self._http_loop: asyncio.AbstractEventLoop | None = None
+        self._known_version: str | None = None
+        self._version_read: _VersionRead | None = None
+        self.version_read_delay_s = 0.005
+        self._publisher: Any = None
+        self.stats = {"requests": 0, "version_retries": 0, "transport_retries": 0}
+
+    # ---- ChatClient ----------------------------------------------------
+    async def complete(self, request: ChatCompletionRequest) -> tuple[ChatResponse, dict[str, Any]]:
+        body = self._body(request)
+        for attempt in range(self.max_version_retries + 1):
+            before = self._known_version or await self._version_since(0.0)
+            sent = time.monotonic()
+            data = await self._post_chat(body)
+            after = await self._version_since(time.monotonic())
+            if before == after:
+                self.stats["requests"] += 1
+                info = {"backend": "vllm", "latency_s": time.monotonic() - sent, "weight_version": after,
+                        "attempts": attempt + 1}
+                return self._to_response(request, data, parse_version(after)), info
+            self.stats["version_retries"] += 1
+            log.debug("weights changed from %s to %s during a request; sending it again", before, after)
+        raise InferenceServerError(f"{self.base_url}: the served weights changed during each of "
+                                   f"{self.max_version_retries + 1} attempts of one request")
+
+    def sync_weights(self, params: Mapping[str, Any], *, version: int) -> int:
+        """Push `params` through vLLM's weight-transfer API (see VLLMPolicyPublisher)."""
+        if self._publisher is None:
+            from ludic_core.publish.vllm import VLLMPolicyPublisher
+
+            self._publisher = VLLMPolicyPublisher(self.root_url, api_key=self._api_key,
+                                                  on_published=self.note_published)
+        self._publisher.publish(params, version=version)
+        return int(version)
+
+    def note_published(self, version: int) -> None:
+        """A publisher in this process finished a push: skip one version read."""
+        self._known_version = str(int(version))
+
+    # ---- HTTP ------------------------------------------------------------
+    def _client(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        if self._http is None or self._http_loop is not loop:  # an httpx pool is bound to its loop
+            self._http = httpx.AsyncClient(
+                headers=auth_headers(self._api_key), timeout=httpx.Timeout(self._timeout_s, connect=5.0),
+                limits=httpx.Limits(max_connections=self._max_conn, max_keepalive_connections=self._max_conn))
+            self._http_loop = loop
+            self._version_read = None
+        return self._http
+
+    async def _request(self, method: str, url: str, **kw: Any) -> Any:
+        """Send with retries: completions and version reads have no side effects,
+        so any transport failure may be retried (a read timeout may not: the
+        server is alive but slow, and re-sending only adds load)."""
+        for attempt in range(self.retry.max_retries + 1):
+            try:
+                resp = await self._client().request(method, url, **kw)
+            except httpx.ReadTimeout as exc:
+                raise InferenceServerError(f"{url}: no answer within {self._timeout_s:.0f} s") from exc
+            except httpx.TransportError as exc:
+                if attempt == self.retry.max_retries:
+                    raise gone_error(url, exc, attempt + 1) from exc
+                self.stats["transport_retries"] += 1
+                await asyncio.sleep(self.retry.delay(attempt))
+                continue
+            if resp.status_code in RETRYABLE_STATUS and attempt < self.retry.max_retries:
+                await asyncio.sleep(self.retry.delay(attempt))
+                continue
+            if resp.status_code == 400 and "context length" in resp.text:
+                raise ContextLengthError(f"{url}: {resp.json().get('error', {}).get('message', resp.text)}")
+            return check_response(resp, f"{method} {url}")
+        raise AssertionError("unreachable")
+
+    async def _post_chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        return await self._request("POST", f"{self.base_url}/chat/completions", json=body)
+
+    async def _version_since(self, since: float) -> str:
+        """The server's weight version from a read sent no earlier than `since`.
+
+        A read waits a few milliseconds before it is sent, and every caller
+        that arrives meanwhile shares it: 32 completions that finish together
+        cost one /weight_info call, not 32.
+        """
+        read = self._version_read
+        if read is None or (read.sent_at is not None and read.sent_at < since):
+            read = self._version_read = _VersionRead(self, self.version_read_delay_s)
+        data = await asyncio.shield(read.task)
+        version = str(data["weight_version"])
+        self._known_version = version
+        return version
+
+    # ---- conversion ----------------------------------------------------------
+    def _body(self, request: ChatCompletionRequest) -> dict[str, Any]:
+        s, want_lp = request.sampling, request.returns.return_logprobs
+        body: dict[str, Any] = {
+            "model": request.model or self.model, "messages": request.message_list(),
+            "max_tokens": s.max_tokens, "temperature": s.temperature, "top_p": s.top_p,
+            "logprobs": want_lp, "return_token_ids": True, "skip_special_tokens": True,
+        }
+        if s.stop:
+            body["stop"] = list(s.stop)
+        if s.seed is not None:
+            body["seed"] = s.seed
+        if request.tools:
+            body["tools"] = list(request.tools)
+        return body
+
+    @staticmethod
+    def _to_response(request: ChatCompletionRequest, data: dict[str, Any], version: int | None) -> ChatResponse:
+        choice = data["choices"][0]
+        msg = choice.get("message") or {}
+        ids = list(choice.get("token_ids") or [])
+        logprobs = None
+        if request.returns.return_logprobs and choice.get("logprobs"):
+            logprobs = [float(c["logprob"]) for c in choice["logprobs"]["content"]]
+            if len(logprobs) != len(ids):
+                raise InferenceServerError(f"server returned {len(logprobs)} log-probs for {len(ids)} tokens")
+        want_ids = request.returns.return_token_ids
+        return ChatResponse(
+            text=msg.get("content") or "",
+            prompt_token_ids=list(data.get("prompt_token_ids") or []) if want_ids else [],
+            completion_token_ids=ids if want_ids else [],
+            completion_logprobs=logprobs if want_ids else None,
+            finish_reason=choice.get("finish_reason"),
+            policy_version=version,
+            tool_calls=msg.get("tool_calls") or None,
+        )
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+
+class _VersionRead:
+    """One shared GET /weight_info; `sent_at` is None until it is on its way."""
+
+    def __init__(self, client: VLLMChatClient, delay_s: float) -> None:
+        self.sent_at: float | None = None
+        self.task = asyncio.ensure_future(self._run(client, delay_s))
+
+    async def _run(self, client: VLLMChatClient, delay_s: float) -> Any:
+        await asyncio.sleep(delay_s)
+        self.sent_at = time.monotonic()
+        return await client._request("GET", f"{client.root_url}/weight_info")

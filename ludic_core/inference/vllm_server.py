@@ -1,0 +1,247 @@
+"""Launch vLLM's OpenAI server for a model directory, health-waited.
+
+CPU or CUDA build, whichever the chosen interpreter has (see `vllm_setup`).
+The server is started with what ludic relies on:
+  * `--logprobs-mode processed_logprobs`: log-probs of the distribution
+    actually sampled from (after temperature / top-p), the convention
+    `LocalChatClient` and the trainer's importance ratio use;
+  * `--generation-config vllm`: the model's generation_config.json must not
+    silently change sampling (every request states its own);
+  * the RL routes (VLLM_SERVER_DEV_MODE=1) and the weight-transfer engine:
+    vLLM's NCCL engine on CUDA, ludic's gloo engine (`vllm_plugin`) on CPU;
+  * an API key on every route (vLLM guards only /v1..., our middleware the
+    rest), handed over in VLLM_API_KEY so it never shows in `ps`;
+  * bound to 127.0.0.1 unless told otherwise.
+The server runs in its own process group so `stop()` also ends the engine-core
+and worker processes it spawns.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ludic_core.inference.errors import InferenceServerError
+
+__all__ = ["VLLMServerConfig", "VLLMServer", "start_vllm_server", "stop_server_pid", "detect_build",
+           "resolve_python", "free_port", "pid_alive"]
+
+
+class VLLMServerConfig(BaseModel):
+    """How to launch a vLLM server (the model directory is given separately)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    python: str | None = Field(None, description="interpreter with vLLM; default: $LUDIC_VLLM_PYTHON, "
+                                                 "then .venv-vllm (see `ludic serve --setup`)")
+    host: str = Field("127.0.0.1", description="bind address; keep loopback unless the network is trusted")
+    port: int = Field(0, ge=0, le=65535, description="0 = a free port")
+    served_model_name: str = Field("policy", min_length=1, description="the `model` field of requests")
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
+    max_model_len: int | None = Field(None, ge=16)
+    max_num_batched_tokens: int = Field(16384, ge=256, description="large: avoids a seeded chunked-prefill crash on CPU")
+    kv_cache_gib: int = Field(1, ge=1, description="VLLM_CPU_KVCACHE_SPACE on the CPU build")
+    gpu_memory_utilization: float = Field(0.5, gt=0, le=1, description="CUDA build only")
+    enforce_eager: bool = Field(True, description="skip torch.compile: ~20 s faster start-up")
+    weight_transfer: Literal["auto", "ludic_gloo", "nccl"] = Field(
+        "auto", description="auto = nccl on the CUDA build, ludic_gloo on the CPU build")
+    tool_call_parser: str | None = Field("hermes", description="None disables tool-call parsing")
+    startup_timeout_s: float = Field(300.0, gt=0)
+    log_dir: str = Field("runs/vllm", description="server logs go to LOG_DIR/server-PORT.log")
+    extra_args: tuple[str, ...] = Field((), description="more `vllm serve` flags, passed as given")
+
+
+def resolve_python(cfg: VLLMServerConfig) -> str:
+    from ludic_core.inference.vllm_setup import env_python
+
+    python = cfg.python or os.environ.get("LUDIC_VLLM_PYTHON") or str(env_python())
+    if not Path(python).exists():
+        raise FileNotFoundError(f"no vLLM interpreter at {python}; run `ludic serve --setup` "
+                                "(or set python / LUDIC_VLLM_PYTHON)")
+    return python
+
+
+def detect_build(python: str) -> Literal["cpu", "cuda"]:
+    """Which vLLM distribution `python` has, without importing vLLM (slow)."""
+    code = ("import importlib.metadata as m\n"
+            "def has(d):\n    try: m.version(d); return True\n    except m.PackageNotFoundError: return False\n"
+            "print('cpu' if has('vllm-cpu') else 'cuda' if has('vllm') else 'none')")
+    out = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    if out == "none":
+        raise FileNotFoundError(f"{python} has no vLLM installed; run `ludic serve --setup`")
+    return out  # type: ignore[return-value]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def build_command(model_path: str, cfg: VLLMServerConfig, *, python: str, port: int,
+                  build: str) -> tuple[list[str], dict[str, str]]:
+    """The server's argv and the environment additions (no secrets)."""
+    from ludic_core.inference.vllm_plugin import EXTENSION_CLS, PLUGIN_DIR
+
+    backend = cfg.weight_transfer if cfg.weight_transfer != "auto" else ("nccl" if build == "cuda" else "ludic_gloo")
+    cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_path),
+           "--served-model-name", cfg.served_model_name, "--host", cfg.host, "--port", str(port),
+           "--dtype", cfg.dtype, "--max-num-batched-tokens", str(cfg.max_num_batched_tokens),
+           "--logprobs-mode", "processed_logprobs", "--generation-config", "vllm",
+           "--worker-extension-cls", EXTENSION_CLS,
+           "--weight-transfer-config", json.dumps({"backend": backend}),
+           "--middleware", "ludic_vllm_auth.require_api_key"]
+    if cfg.max_model_len:
+        cmd += ["--max-model-len", str(cfg.max_model_len)]
+    if cfg.enforce_eager:
+        cmd.append("--enforce-eager")
+    if cfg.tool_call_parser:
+        cmd += ["--enable-auto-tool-choice", "--tool-call-parser", cfg.tool_call_parser]
+    if build == "cuda":
+        cmd += ["--gpu-memory-utilization", str(cfg.gpu_memory_utilization)]
+    env = {"VLLM_SERVER_DEV_MODE": "1", "PYTHONPATH": str(PLUGIN_DIR)}
+    if build == "cpu":
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.kv_cache_gib)
+    return cmd + list(cfg.extra_args), env
+
+
+@dataclass
+class VLLMServer:
+    """A running server: where it listens and how to stop it."""
+
+    pid: int
+    host: str
+    port: int
+    log_path: str
+    model_name: str
+    build: str
+    startup_seconds: float = 0.0
+    process: subprocess.Popen | None = None
+
+    @property
+    def root_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI-compatible API root (what `openai.OpenAI(base_url=...)` takes)."""
+        return f"{self.root_url}/v1"
+
+    def alive(self) -> bool:
+        if self.process is not None:
+            return self.process.poll() is None
+        return pid_alive(self.pid)
+
+    def healthy(self, timeout_s: float = 2.0) -> bool:
+        return self.alive() and _health_ok(self.root_url, timeout_s)
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        stop_server_pid(self.pid, timeout_s=timeout_s)
+        if self.process is not None:
+            try:
+                self.process.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def log_tail(self, lines: int = 25) -> str:
+        try:
+            return "\n".join(Path(self.log_path).read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (exited, not yet reaped) is not alive
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return True
+
+
+def _health_ok(root_url: str, timeout_s: float) -> bool:
+    try:
+        with urllib.request.urlopen(f"{root_url}/health", timeout=timeout_s) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def stop_server_pid(pid: int, *, timeout_s: float = 20.0) -> bool:
+    """SIGTERM the server's process group, SIGKILL it after `timeout_s`.
+    Returns False when nothing was running. Only that group is signalled."""
+    try:
+        pgid = os.getpgid(pid)
+    except ProcessLookupError:
+        return False
+    if pgid != pid:  # not a group leader we started: signal the process alone
+        pgid = None
+    kill = (lambda sig: os.killpg(pgid, sig)) if pgid else (lambda sig: os.kill(pid, sig))
+    try:
+        kill(signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and pid_alive(pid):
+        time.sleep(0.2)
+    try:
+        kill(signal.SIGKILL)  # the group's stragglers (engine core, workers) too
+    except ProcessLookupError:
+        pass
+    return True
+
+
+def start_vllm_server(model_path: str | Path, cfg: VLLMServerConfig | None = None, *,
+                      api_key: str | None = None) -> tuple[VLLMServer, str]:
+    """Start a server and wait until /health answers; returns (server, api_key).
+
+    Without `api_key` a random one is made: the server never runs open.
+    Raises InferenceServerError (with the log's tail) if it exits or does not
+    become healthy within `startup_timeout_s`; nothing is left running then.
+    """
+    cfg = cfg or VLLMServerConfig()
+    if not Path(model_path, "config.json").exists():
+        raise FileNotFoundError(f"{model_path} is not a model directory (no config.json)")
+    python = resolve_python(cfg)
+    build = detect_build(python)
+    port = cfg.port or free_port(cfg.host)
+    api_key = api_key or secrets.token_urlsafe(24)
+    cmd, extra_env = build_command(str(Path(model_path).resolve()), cfg, python=python, port=port, build=build)
+    log_dir = Path(cfg.log_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"server-{port}.log"
+    env = {**os.environ, **extra_env, "VLLM_API_KEY": api_key}
+    env.pop("VIRTUAL_ENV", None)
+    start = time.perf_counter()
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, start_new_session=True)
+    server = VLLMServer(proc.pid, cfg.host, port, str(log_path), cfg.served_model_name, build, process=proc)
+    deadline = time.monotonic() + cfg.startup_timeout_s
+    while not _health_ok(server.root_url, 2.0):
+        if not server.alive():
+            raise InferenceServerError(f"vLLM server for {model_path} exited with code {proc.poll()} "
+                                       f"during start-up; log {log_path}:\n{server.log_tail()}")
+        if time.monotonic() > deadline:
+            server.stop()
+            raise InferenceServerError(f"vLLM server on port {port} not healthy after "
+                                       f"{cfg.startup_timeout_s:.0f} s; log {log_path}:\n{server.log_tail()}")
+        time.sleep(0.5)
+    server.startup_seconds = time.perf_counter() - start
+    return server, api_key

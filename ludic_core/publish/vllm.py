@@ -1,0 +1,153 @@
+"""`VLLMPolicyPublisher`: live weight pushes through vLLM's native RL API.
+
+One publish is, in this order:
+  1. check names / shapes / dtypes against the served checkpoint's schema
+     (fetched once from the server): a bad push is refused HERE, before the
+     server is paused or a parameter touched;
+  2. POST /pause?mode=wait: running requests finish on the old weights, new
+     ones queue, so no completion ever mixes two versions;
+  3. /start_weight_update, /update_weights (bytes over the transport, in
+     buckets), /finish_weight_update {"weight_version": version};
+  4. POST /resume, always, also after a failure.
+A failure between 3's start and finish is aborted on the server
+(`ludic_abort_weight_update`); with the gloo engine the old weights were never
+touched, so the server keeps serving the previous version. The error says so.
+
+The version vLLM stores is what `VLLMChatClient` reports on every completion.
+One publisher per server: a second concurrent one would interleave pauses.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, Mapping
+
+import torch
+
+from ludic_core.inference.errors import InferenceServerError
+from ludic_core.inference.vllm_http import ControlClient, RetryPolicy
+from ludic_core.inference.vllm_plugin import ludic_gloo_wire as wire
+from ludic_core.publish.transports import WeightTransport, make_transport
+
+__all__ = ["VLLMPolicyPublisher", "WeightPushError"]
+
+log = logging.getLogger(__name__)
+
+
+class WeightPushError(ValueError):
+    """A push that does not fit the served model; refused before anything was sent."""
+
+
+class VLLMPolicyPublisher:
+    """`PolicyPublisher` for a running vLLM server (its root URL, without /v1)."""
+
+    def __init__(
+        self,
+        root_url: str,
+        *,
+        api_key: str | None = None,
+        transport: str | WeightTransport = "auto",
+        bucket_mb: int = 64,
+        transfer_host: str = "127.0.0.1",
+        timeout_s: float = 300.0,
+        on_published: Callable[[int], None] | None = None,
+    ) -> None:
+        root_url = root_url.rstrip("/")
+        if root_url.endswith("/v1"):
+            root_url = root_url[:-3]
+        self.root_url = root_url
+        self.control = ControlClient(root_url, api_key=api_key, timeout_s=timeout_s, retry=RetryPolicy())
+        self.transport = (make_transport(transport, host=transfer_host, bucket_bytes=bucket_mb << 20)
+                          if isinstance(transport, str) else transport)
+        self.on_published = on_published
+        self.published_version: int | None = None
+        self.last_push: dict[str, float] = {}
+        self._schema: dict[str, tuple[str, tuple[int, ...]]] | None = None
+
+    # ---- setup ------------------------------------------------------------
+    def connect(self) -> None:
+        """Fetch the schema, clear a push a dead trainer left half-done, join the group."""
+        if self._schema is not None:
+            return
+        results = self.control.post("/collective_rpc", json={"method": "ludic_weight_schema"})["results"]
+        self._schema = {k: (d, tuple(s)) for k, (d, s) in results[0].items()}
+        if self.control.get("/is_paused").get("is_paused"):
+            log.warning("%s was left paused (a previous publisher died mid-push?): aborting that push "
+                        "and resuming", self.root_url)
+            self.control.post("/collective_rpc", json={"method": "ludic_abort_weight_update"})
+            self.control.post("/resume")
+        world = int(self.control.get("/get_world_size")["world_size"])
+        self.transport.connect(self.control, world)
+
+    def served_version(self) -> str:
+        return str(self.control.get("/weight_info")["weight_version"])
+
+    # ---- PolicyPublisher -------------------------------------------------
+    def publish(self, state_dict: Mapping[str, Any], *, version: int) -> None:
+        names = list(state_dict)
+        tensors = [_plain(state_dict[n]) for n in names]
+        metas = [wire.TensorMeta(n, str(t.dtype).removeprefix("torch."), tuple(t.shape))
+                 for n, t in zip(names, tensors)]
+        self.connect()
+        assert self._schema is not None
+        problems = wire.schema_problems(metas, self._schema)
+        if problems:
+            raise WeightPushError(
+                f"refusing to publish version {version} to {self.root_url}: " + "; ".join(problems[:8])
+                + f". Nothing was sent; the server keeps version {self.served_version()}")
+        t0 = time.perf_counter()
+        self._push(metas, tensors, version)
+        secs = time.perf_counter() - t0
+        mb = sum(m.nbytes for m in metas) / 1e6
+        self.last_push = {"version": float(version), "mb": mb, "seconds": secs, "mb_per_s": mb / max(secs, 1e-9)}
+        self.published_version = int(version)
+        log.info("published version %d to %s: %.1f MB in %.2f s (%.0f MB/s)", version, self.root_url,
+                 mb, secs, mb / max(secs, 1e-9))
+        if self.on_published is not None:
+            self.on_published(int(version))
+
+    def _push(self, metas: list[wire.TensorMeta], tensors: list[torch.Tensor], version: int) -> None:
+        self.connect()  # again after a failed push, which drops the transfer group
+        paused = started = False
+        try:
+            self.control.post("/pause", params={"mode": "wait"})
+            paused = True
+            self.control.post("/start_weight_update")
+            started = True
+            self.transport.send(self.control, metas, tensors)
+            self.control.post("/finish_weight_update", json={"weight_version": str(int(version))})
+            started = False
+        except Exception as exc:
+            if started:
+                self._abort()
+            raise InferenceServerError(f"weight push of version {version} to {self.root_url} failed "
+                                       f"({type(exc).__name__}: {exc}); no new weights were loaded") from exc
+        finally:
+            if paused:
+                self._resume()
+
+    def _abort(self) -> None:
+        try:
+            self.control.post("/collective_rpc", json={"method": "ludic_abort_weight_update"})
+        except InferenceServerError as exc:
+            log.error("could not abort the failed push on %s: %s", self.root_url, exc)
+        self.transport.close()  # the group may be mid-collective: rejoin on the next push
+        self._schema = None
+
+    def _resume(self) -> None:
+        try:
+            self.control.post("/resume")
+        except InferenceServerError as exc:
+            log.error("could not resume %s after a push: %s", self.root_url, exc)
+
+    def close(self) -> None:
+        self.transport.close()
+        self.control.close()
+
+
+def _plain(t: Any) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"state_dict values must be tensors, got {type(t).__name__}")
+    full = getattr(t, "full_tensor", None)  # an FSDP DTensor: gather it
+    return (full() if callable(full) else t).detach()

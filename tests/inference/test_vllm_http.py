@@ -1,0 +1,172 @@
+"""VLLMChatClient and the control client against stand-ins: retries, errors,
+version bracketing, request and response shapes. The real server is tested in
+test_vllm_live.py; these pin the client's own logic."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from ludic_core.inference import ChatCompletionRequest, ContextLengthError, InferenceServerError, SamplingConfig
+from ludic_core.inference.vllm_client import VLLMChatClient, parse_version
+from ludic_core.inference.vllm_http import ControlClient, RetryPolicy
+
+FAST = RetryPolicy(max_retries=2, backoff_s=0.05, max_backoff_s=0.1)
+
+
+def _completion(version_note: str = "") -> dict:
+    return {"prompt_token_ids": [1, 2, 3],
+            "choices": [{"message": {"content": "hi" + version_note, "tool_calls": None},
+                         "token_ids": [7, 8], "finish_reason": "stop",
+                         "logprobs": {"content": [{"logprob": -0.5}, {"logprob": -1.25}]}}]}
+
+
+class StandIn:
+    """A scripted HTTP server: each path answers from a queue of (status, body)."""
+
+    def __init__(self) -> None:
+        self.script: dict[str, list[tuple[int, dict]]] = {}
+        self.seen: list[tuple[str, str, dict | None, str | None]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                body = json.loads(self.rfile.read(length)) if length else None
+                path = self.path.split("?")[0]
+                outer.seen.append((self.command, path, body, self.headers.get("authorization")))
+                queue = outer.script.get(path) or [(404, {"error": "no such route"})]
+                status, payload = queue.pop(0) if len(queue) > 1 else queue[0]
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = _answer
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def stand_in():
+    s = StandIn()
+    yield s
+    s.close()
+
+
+def _refusing_url() -> str:
+    with socket.socket() as sock:  # bound, then closed: nothing listens there
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def _req(**sampling) -> ChatCompletionRequest:
+    return ChatCompletionRequest(messages=[{"role": "user", "content": "x"}], sampling=SamplingConfig(**sampling))
+
+
+def test_gone_server_is_a_clear_error_after_bounded_backoff():
+    url = _refusing_url()
+    client = VLLMChatClient(f"{url}/v1", retry=FAST)
+    start = time.monotonic()
+    with pytest.raises(InferenceServerError, match=rf"{url}/weight_info is unreachable after 3 attempt"):
+        asyncio.run(client.complete(_req()))
+    assert 0.1 <= time.monotonic() - start < 5  # backed off 0.05 + 0.1, then gave up
+    assert client.stats["transport_retries"] == 2
+    with pytest.raises(InferenceServerError, match=rf"{url}/pause is unreachable after 3 attempt"):
+        ControlClient(url, retry=FAST).post("/pause")
+
+
+def test_request_body_and_response_mapping(stand_in):
+    stand_in.script = {"/weight_info": [(200, {"weight_version": "7"})], "/v1/chat/completions": [(200, _completion())]}
+    client = VLLMChatClient(f"{stand_in.url}/v1", api_key="k", model="m")
+    tools = ({"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}},)
+    req = ChatCompletionRequest(messages=[{"role": "user", "content": "x"}], tools=tools,
+                                sampling=SamplingConfig(temperature=0.5, top_p=0.9, max_tokens=9, stop=["</a>"], seed=3))
+    resp, info = asyncio.run(client.complete(req))
+    assert (resp.text, resp.prompt_token_ids, resp.completion_token_ids) == ("hi", [1, 2, 3], [7, 8])
+    assert resp.completion_logprobs == [-0.5, -1.25] and resp.policy_version == 7 and resp.finish_reason == "stop"
+    assert info["weight_version"] == "7" and info["backend"] == "vllm"
+    (_, _, body, auth), = [s for s in stand_in.seen if s[1] == "/v1/chat/completions"]
+    assert auth == "Bearer k"
+    assert body == {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 9,
+                    "temperature": 0.5, "top_p": 0.9, "logprobs": True, "return_token_ids": True,
+                    "skip_special_tokens": True, "stop": ["</a>"], "seed": 3, "tools": [dict(tools[0])]}
+
+
+def test_parsed_tool_calls_are_passed_through(stand_in):
+    call = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1}'}}
+    data = _completion()
+    data["choices"][0].update(message={"content": None, "tool_calls": [call]}, finish_reason="tool_calls")
+    stand_in.script = {"/weight_info": [(200, {"weight_version": "default"})], "/v1/chat/completions": [(200, data)]}
+    resp, _ = asyncio.run(VLLMChatClient(f"{stand_in.url}/v1").complete(_req()))
+    assert resp.tool_calls == [call] and resp.text == "" and resp.finish_reason == "tool_calls"
+    assert resp.policy_version == 0  # "default" = the weights the server started with
+
+
+def test_unavailable_is_retried_then_answered(stand_in):
+    stand_in.script = {"/weight_info": [(200, {"weight_version": "1"})],
+                       "/v1/chat/completions": [(503, {"error": "starting"}), (200, _completion())]}
+    resp, _ = asyncio.run(VLLMChatClient(f"{stand_in.url}/v1", retry=FAST).complete(_req()))
+    assert resp.text == "hi"
+
+
+def test_http_errors_are_named(stand_in):
+    stand_in.script = {"/weight_info": [(401, {"error": "Unauthorized"})]}
+    with pytest.raises(InferenceServerError, match="401 Unauthorized.*API key"):
+        asyncio.run(VLLMChatClient(f"{stand_in.url}/v1").complete(_req()))
+    stand_in.script = {"/weight_info": [(200, {"weight_version": "1"})], "/v1/chat/completions": [
+        (400, {"error": {"message": "This model's maximum context length is 1024 tokens. However, "
+                                    "you requested 2000 tokens (context length exceeded)"}})]}
+    with pytest.raises(ContextLengthError, match="maximum context length is 1024"):
+        asyncio.run(VLLMChatClient(f"{stand_in.url}/v1").complete(_req()))
+    stand_in.script = {"/pause": [(500, {"error": "engine dead"})]}
+    with pytest.raises(InferenceServerError, match=r"/pause answered 500: engine dead"):
+        ControlClient(stand_in.url).post("/pause")
+
+
+def test_a_completion_that_straddles_a_push_is_sent_again(stand_in):
+    # before: "4"; the push lands while the first request runs (after: "5");
+    # the re-sent request sees "5" on both sides and is reported as version 5.
+    stand_in.script = {"/weight_info": [(200, {"weight_version": "4"}), (200, {"weight_version": "5"})],
+                       "/v1/chat/completions": [(200, _completion())]}
+    client = VLLMChatClient(f"{stand_in.url}/v1")
+    resp, info = asyncio.run(client.complete(_req()))
+    assert resp.policy_version == 5 and info["attempts"] == 2 and client.stats["version_retries"] == 1
+    assert sum(1 for s in stand_in.seen if s[1] == "/v1/chat/completions") == 2
+
+
+def test_concurrent_completions_share_version_reads(stand_in):
+    stand_in.script = {"/weight_info": [(200, {"weight_version": "3"})], "/v1/chat/completions": [(200, _completion())]}
+    client = VLLMChatClient(f"{stand_in.url}/v1")
+
+    async def run():
+        return await asyncio.gather(*[client.complete(_req()) for _ in range(32)])
+
+    results = asyncio.run(run())
+    assert {r.policy_version for r, _ in results} == {3}
+    reads = sum(1 for s in stand_in.seen if s[1] == "/weight_info")
+    assert reads < 32, reads  # reads that start after a response are shared by everyone waiting
+
+
+def test_base_url_and_version_parsing():
+    with pytest.raises(ValueError, match="ending in /v1"):
+        VLLMChatClient("http://127.0.0.1:8000")
+    assert (parse_version("default"), parse_version("12"), parse_version("abc")) == (0, 12, None)
