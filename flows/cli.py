@@ -4,7 +4,9 @@
 -> SFT -> RL on tic-tac-toe) as Prefect flows on the embedded Prefect API, CPU
 only, a tiny model built offline, ending with a table of win+draw rates.
 `ludic run FLOW --config FILE` runs any flow with a YAML/JSON config validated
-by that flow's config model; `ludic model tiny` builds a model directory.
+by that flow's config model; `ludic model tiny` builds a model directory;
+`ludic serve --setup` installs vLLM into its own environment and `ludic serve
+--model DIR` runs a vLLM server for a model directory until interrupted.
 """
 
 from __future__ import annotations
@@ -95,6 +97,52 @@ def _cmd_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    import os
+    import signal
+
+    from ludic_core.inference.errors import InferenceServerError
+    from ludic_core.inference.vllm_setup import setup_vllm_env
+
+    if args.setup:
+        python = setup_vllm_env(args.env, build=args.build)
+        print(f"vLLM environment ready: {python}")
+        return 0
+    if not args.model:
+        raise ValueError("--model DIR is required (or --setup to install vLLM)")
+    from ludic_core.inference.vllm_server import VLLMServerConfig, start_vllm_server
+
+    python = args.python or (str(Path(args.env) / "bin" / "python") if args.env else None)
+    cfg = VLLMServerConfig(python=python, host=args.host, port=args.port, served_model_name=args.name,
+                           dtype=args.dtype, max_model_len=args.max_model_len, log_dir=args.log_dir)
+    given_key = os.environ.get("LUDIC_VLLM_API_KEY")
+    try:
+        server, key = start_vllm_server(args.model, cfg, api_key=given_key)
+    except InferenceServerError as exc:
+        print(f"ludic: error: {exc}", file=sys.stderr)
+        return 1
+    signal.signal(signal.SIGTERM, _interrupt)  # `kill PID` stops the server too
+    info = {"base_url": server.base_url, "model": server.model_name, "pid": server.pid, "build": server.build,
+            "log": server.log_path, "startup_s": round(server.startup_seconds, 1)}
+    print(json.dumps(info), flush=True)
+    print(f"vLLM ({server.build}) serving {args.model} as {server.model_name!r} at {server.base_url} "
+          f"(healthy after {server.startup_seconds:.0f} s); Ctrl-C stops it", flush=True)
+    print("API key: from $LUDIC_VLLM_API_KEY" if given_key else f"API key (generated): {key}", flush=True)
+    try:
+        while server.alive():
+            time.sleep(1.0)
+        print(f"ludic: error: the server exited; log {server.log_path}:\n{server.log_tail()}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        server.stop()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ludic", description="Ludic on Prefect")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -117,6 +165,19 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("--seed", type=int, default=0)
     tiny.add_argument("--overwrite", action="store_true")
     tiny.set_defaults(func=_cmd_model)
+    serve = sub.add_parser("serve", help="run vLLM's OpenAI server for a model dir (or --setup to install vLLM)")
+    serve.add_argument("--setup", action="store_true", help="install vLLM into its own environment and exit")
+    serve.add_argument("--build", default="auto", choices=["auto", "cpu", "cuda"], help="for --setup")
+    serve.add_argument("--env", help="the vLLM environment (default $LUDIC_VLLM_VENV or .venv-vllm)")
+    serve.add_argument("--python", help="an interpreter that has vLLM (instead of --env)")
+    serve.add_argument("--model", help="HF model directory to serve")
+    serve.add_argument("--name", default="policy", help="served model name")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "auto"])
+    serve.add_argument("--max-model-len", type=int)
+    serve.add_argument("--log-dir", default="runs/vllm")
+    serve.set_defaults(func=_cmd_serve)
     return parser
 
 

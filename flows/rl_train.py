@@ -3,6 +3,7 @@ checkpointed stages, with an evaluation after every stage."""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Literal
 
 from prefect import flow, get_run_logger
@@ -10,6 +11,7 @@ from pydantic import Field
 
 from flows.common import FlowConfig
 from flows.staging import run_stages
+from flows.vllm_inference import VLLMSettings, vllm_inference
 from ludic_core.config import AlgorithmConfig, GRPOConfig, TrainerConfig
 from ludic_core.training.stage import StageSpec, TicTacToeRLData
 from tasks.artifacts import learning_curve_artifact, table_artifact
@@ -24,7 +26,9 @@ class RLTrainConfig(FlowConfig):
     steps: int = Field(20, ge=1)
     steps_per_stage: int = Field(10, ge=1)
     trainer: TrainerConfig = TrainerConfig(lr=1e-3, micro_token_budget=16384, max_seq_len=512)
-    inference: Literal["local"] = Field("local", description="in-process LocalChatClient")
+    inference: Literal["local", "vllm"] = Field(
+        "local", description="local = in-process LocalChatClient (no server); vllm = a vLLM server, see `vllm`")
+    vllm: VLLMSettings = Field(VLLMSettings(), description="the vLLM server (inference: vllm only)")
     eval_games: int = Field(100, ge=0, description="greedy games per mark after each stage (0 = off)")
     launcher: Literal["in_process", "torchrun"] = "in_process"
     nproc: int = Field(2, ge=1)
@@ -33,14 +37,22 @@ class RLTrainConfig(FlowConfig):
 
 @flow(name="rl_train", log_prints=True)
 def rl_train(cfg: RLTrainConfig) -> str:
-    """Returns the final checkpoint's model directory."""
-    spec = StageSpec(model_path=cfg.model_path, checkpoint_dir=f"{cfg.out_dir}/checkpoints",
-                     algorithm=cfg.algorithm, trainer=cfg.trainer, data=cfg.data, until_step=cfg.steps,
-                     metrics_path=f"{cfg.out_dir}/metrics.jsonl", progress_bar=cfg.progress_bar)
+    """Returns the final checkpoint's model directory. Evaluation runs in-process
+    on each stage's checkpoint, whichever inference the rollouts use."""
+    serving = (vllm_inference(cfg.vllm, cfg.model_path, launcher=cfg.launcher, nproc=cfg.nproc)
+               if cfg.inference == "vllm" else nullcontext((None, None)))
+    with serving as (endpoint, run_one):
+        spec = StageSpec(model_path=cfg.model_path, checkpoint_dir=f"{cfg.out_dir}/checkpoints",
+                         algorithm=cfg.algorithm, trainer=cfg.trainer, data=cfg.data, until_step=cfg.steps,
+                         metrics_path=f"{cfg.out_dir}/metrics.jsonl", progress_bar=cfg.progress_bar, vllm=endpoint)
+        return _train_and_evaluate(cfg, spec, run_one)
+
+
+def _train_and_evaluate(cfg: RLTrainConfig, spec: StageSpec, run_one) -> str:
     evals = []
     for target in list(range(cfg.steps_per_stage, cfg.steps, cfg.steps_per_stage)) + [cfg.steps]:
         result = run_stages(spec, total_steps=target, steps_per_stage=cfg.steps_per_stage,
-                            launcher=cfg.launcher, nproc=cfg.nproc, title=f"RL to step {target}")
+                            launcher=cfg.launcher, nproc=cfg.nproc, title=f"RL to step {target}", run_one=run_one)
         if cfg.eval_games:
             m = evaluate_policy(result["model_path"], games_per_mark=cfg.eval_games)
             evals.append({"step": result["step"], **{k: round(v, 3) for k, v in m.items() if "rate" in k}})

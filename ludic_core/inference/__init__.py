@@ -1,7 +1,8 @@
 """Inference clients: the `ChatClient` seam and its backends.
 
-`LocalChatClient` imports torch/transformers lazily (through this package's
-attribute access) so configs and specs load anywhere.
+`LocalChatClient` (torch/transformers) and `VLLMChatClient` (httpx) are
+imported lazily, through this package's attribute access, so configs and
+specs load anywhere.
 """
 
 from typing import Any
@@ -27,6 +28,7 @@ __all__ = [
     "SamplingConfig",
     "ScriptedChatClient",
     "ScriptedPolicy",
+    "VLLMChatClient",
 ]
 
 
@@ -35,4 +37,8 @@ def __getattr__(name: str) -> Any:
         from ludic_core.inference.local import LocalChatClient
 
         return LocalChatClient
+    if name == "VLLMChatClient":
+        from ludic_core.inference.vllm_client import VLLMChatClient
+
+        return VLLMChatClient
     raise AttributeError(name)

@@ -19,7 +19,7 @@ import logging
 from typing import Any
 
 from ludic_core.envs.base import LudicEnv
-from ludic_core.inference.errors import ContextLengthError
+from ludic_core.inference.errors import ContextLengthError, InferenceServerError
 from ludic_core.inference.sampling import InferenceSpec
 from ludic_core.interaction.base import step_seed
 from ludic_core.interaction.collector import TraceCollector
@@ -104,8 +104,8 @@ class MultiAgentProtocol:
                 )
                 for a in active
             ])
-        except ContextLengthError:
-            raise
+        except (ContextLengthError, InferenceServerError):
+            raise  # truncation is handled above; a gone server fails the batch, not this episode
         except Exception as exc:  # noqa: BLE001 - e.g. inference failure; keep the steps
             log.warning("agent act failed at round %d: %r", t, exc)
             return f"agent act raised {exc!r} at round {t}"

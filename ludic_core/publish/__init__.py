@@ -1,5 +1,17 @@
-"""Weight publishing from the trainer to inference."""
+"""Weight publishing from the trainer to inference: in-process, or into a
+vLLM server through its native weight-transfer API (`VLLMPolicyPublisher`,
+imported lazily: it needs torch and httpx)."""
+
+from typing import Any
 
 from ludic_core.publish.base import InProcessPublisher, PolicyPublisher
 
-__all__ = ["InProcessPublisher", "PolicyPublisher"]
+__all__ = ["InProcessPublisher", "PolicyPublisher", "VLLMPolicyPublisher", "WeightPushError"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("VLLMPolicyPublisher", "WeightPushError"):
+        from ludic_core.publish import vllm
+
+        return getattr(vllm, name)
+    raise AttributeError(name)

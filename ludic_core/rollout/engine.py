@@ -7,7 +7,10 @@ the inference client at the same time and get batched there.
 
 Failure policy: a request naming an unknown kind fails before anything runs;
 an episode that raises is recorded as a failed rollout (with whatever steps its
-protocol kept) and the rest of the batch goes on.
+protocol kept) and the rest of the batch goes on. Except when the inference
+server is gone (`InferenceServerError`): that fails the whole call, because
+every episode would fail alike and a batch trained on the survivors would be
+silently skewed; a pipeline retries the stage once the server is back.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ludic_core.envs.base import LudicEnv
+from ludic_core.inference.errors import InferenceServerError
 from ludic_core.interaction.base import InteractionProtocol
 from ludic_core.rollout.jsonl import append_rollouts
 from ludic_core.rollout.requests import RolloutRequest
@@ -118,6 +122,8 @@ class RolloutEngine:
                 env, max_steps=max_steps, env_seed=env_seed,
                 sampling_seed=sampling_seed, inference=req.inference,
             )
+        except InferenceServerError:
+            raise  # the server is gone: training on the episodes that finished would skew the batch
         except Exception as exc:  # noqa: BLE001 - recorded as a failed episode
             log.warning("episode %d of request %d failed: %r", k, index, exc)
             failed = Rollout(meta={**meta, "env_seed": env_seed, "sampling_seed": sampling_seed,

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ludic_core.config import AlgorithmConfig, TrainerConfig
 
-__all__ = ["DatasetData", "TicTacToeRLData", "StageSpec", "run_stage", "main"]
+__all__ = ["DatasetData", "TicTacToeRLData", "VLLMEndpoint", "StageSpec", "run_stage", "main"]
 
 
 class _Spec(BaseModel):
@@ -47,6 +47,19 @@ class TicTacToeRLData(_Spec):
 DataSpec = Annotated[Union[DatasetData, TicTacToeRLData], Field(discriminator="kind")]
 
 
+class VLLMEndpoint(_Spec):
+    """Roll out through a running vLLM server and publish weights into it.
+
+    The API key is read from the environment variable `api_key_env`, so it is
+    never written into a spec file (torchrun stages read specs from disk).
+    """
+
+    base_url: str = Field(description="the server's OpenAI API root, e.g. http://127.0.0.1:8000/v1")
+    model: str = Field("policy", description="served model name")
+    api_key_env: str = Field("LUDIC_VLLM_API_KEY", description="environment variable holding the API key")
+    bucket_mb: int = Field(64, ge=1, description="weight-push bucket size")
+
+
 class StageSpec(_Spec):
     model_path: str = Field(description="initial weights (HF dir); later stages resume from checkpoints")
     checkpoint_dir: str
@@ -56,6 +69,7 @@ class StageSpec(_Spec):
     until_step: int = Field(ge=1, description="train until the trainer's step counter reaches this")
     metrics_path: str | None = None
     progress_bar: bool = Field(False, description="a console progress bar (rank 0)")
+    vllm: VLLMEndpoint | None = Field(None, description="None = in-process LocalChatClient")
 
 
 def _source(spec: StageSpec, algorithm: Any, tokenizer: Any, client: Any) -> Any:
@@ -78,13 +92,30 @@ def _source(spec: StageSpec, algorithm: Any, tokenizer: Any, client: Any) -> Any
     )
 
 
+def _inference(spec: StageSpec, serve_from: str) -> tuple[Any, Any]:
+    """(client, publisher): in-process by default, else the vLLM server in `spec.vllm`."""
+    if spec.vllm is None:
+        from ludic_core.inference import LocalChatClient
+        from ludic_core.publish import InProcessPublisher
+
+        client = LocalChatClient(serve_from)
+        return client, InProcessPublisher(client)
+    import os
+
+    from ludic_core.inference.vllm_client import VLLMChatClient
+    from ludic_core.publish.vllm import VLLMPolicyPublisher
+
+    key = os.environ.get(spec.vllm.api_key_env)
+    vclient = VLLMChatClient(spec.vllm.base_url, model=spec.vllm.model, api_key=key)
+    return vclient, VLLMPolicyPublisher(vclient.root_url, api_key=key, bucket_mb=spec.vllm.bucket_mb,
+                                        on_published=vclient.note_published)
+
+
 def run_stage(spec: StageSpec, *, loggers: list | None = None) -> dict[str, Any]:
     """Resume (if a checkpoint exists), train to `until_step`, checkpoint; return a summary."""
     from ludic_core.algorithms import build_algorithm
-    from ludic_core.inference import LocalChatClient
     from ludic_core.logging import JsonlLogger
     from ludic_core.models import load_model_and_tokenizer
-    from ludic_core.publish import InProcessPublisher
     from ludic_core.training.checkpoint import latest_checkpoint
     from ludic_core.training.distributed import init_distributed
     from ludic_core.training.trainer import Trainer
@@ -97,8 +128,7 @@ def run_stage(spec: StageSpec, *, loggers: list | None = None) -> dict[str, Any]
     algorithm = build_algorithm(spec.algorithm)
     client = publisher = None
     if isinstance(spec.data, TicTacToeRLData):
-        client = LocalChatClient(serve_from)
-        publisher = InProcessPublisher(client)
+        client, publisher = _inference(spec, serve_from)
     all_loggers = list(loggers or [])
     if spec.metrics_path and ctx.is_main:
         all_loggers.append(JsonlLogger(spec.metrics_path))
@@ -109,11 +139,15 @@ def run_stage(spec: StageSpec, *, loggers: list | None = None) -> dict[str, Any]
     trainer = Trainer(model, algorithm, _source(spec, algorithm, tok, client), spec.trainer, tokenizer=tok,
                       publisher=publisher, loggers=all_loggers, checkpoint_dir=spec.checkpoint_dir, ctx=ctx)
     resumed_from = trainer.step if trainer.resume() else None
+    if spec.vllm is not None and publisher is not None:
+        trainer.publish()  # the server may hold other weights (fresh, restarted): serve the trainer's
     history = trainer.train(spec.until_step)
     path = latest_checkpoint(spec.checkpoint_dir)
     if path is None or int(path.name.split("_")[-1]) != trainer.step:
         path = trainer.save_checkpoint()
     trainer.close()
+    if hasattr(publisher, "close"):
+        publisher.close()
     last = history[-1] if history else {}
     return {"checkpoint": str(path), "model_path": str(path / "model"), "step": trainer.step,
             "resumed_from": resumed_from, "steps_run": len(history),

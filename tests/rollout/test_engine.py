@@ -120,3 +120,30 @@ def test_malformed_jsonl_line_is_named(tmp_path):
     p.write_text('{"id": "a", "meta": {}, "steps": []}\n{"id": "b"}\n')
     with pytest.raises(ValueError, match=r"bad.jsonl:2"):
         read_rollouts(p)
+
+
+def test_a_gone_inference_server_fails_the_batch_instead_of_every_episode():
+    """Recording N identical 'server unreachable' failures would let training go
+    on with an empty or skewed batch; the error must reach the caller."""
+    import asyncio
+
+    from ludic_core.agents import Agent
+    from ludic_core.envs import TicTacToeEnv
+    from ludic_core.inference import InferenceServerError
+    from ludic_core.interaction import SingleAgentSyncProtocol
+    from ludic_core.parsers import xml_tag_parser
+    from ludic_core.rollout import EnvSpec, ProtocolSpec, RolloutEngine, RolloutRequest
+
+    class GoneClient:
+        async def complete(self, request):
+            raise InferenceServerError("inference server at http://127.0.0.1:1/v1 is unreachable")
+
+        def sync_weights(self, params, *, version):
+            return version
+
+    engine = RolloutEngine(
+        env_registry={"ttt": TicTacToeEnv},
+        protocol_registry={"single": lambda: SingleAgentSyncProtocol(Agent(GoneClient(), parser=xml_tag_parser("move")))})
+    reqs = [RolloutRequest(env=EnvSpec(kind="ttt"), protocol=ProtocolSpec(kind="single"), env_seed=i) for i in range(4)]
+    with pytest.raises(InferenceServerError, match="unreachable"):
+        asyncio.run(engine.generate_rollouts(reqs, max_steps=3))

@@ -1,0 +1,87 @@
+"""vLLM inference for training flows: which server, and what to do when it dies.
+
+A flow either starts its own server for the run (stopped at the end, whatever
+happens) or uses a running one named by an `InferenceEndpoint` block. Stages
+then roll out through it and push weights into it. Prefect's own task retry
+cannot help when the server has died (every retry would hit the same dead
+port), so a stage is retried here instead: before each attempt the server is
+health-checked and, if it is ours, restarted on the same port; the retried
+stage resumes from the last checkpoint and first republishes those weights.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+from prefect import get_run_logger
+from pydantic import Field, SecretStr
+
+from flows.common import FlowConfig
+from ludic_core.inference.vllm_server import VLLMServerConfig
+from ludic_core.training.stage import StageSpec, VLLMEndpoint
+from tasks.inference import ensure_server, start_server, stop_server
+from tasks.training import train_stage
+
+__all__ = ["VLLMSettings", "vllm_inference"]
+
+KEY_ENV = "LUDIC_VLLM_API_KEY"
+
+
+class VLLMSettings(FlowConfig):
+    endpoint_block: str | None = Field(
+        None, description="name of an InferenceEndpoint block (kind vllm) of a running server; "
+                          "None = start a server for this run")
+    server: VLLMServerConfig = Field(VLLMServerConfig(), description="how to start it (no endpoint_block)")
+    stage_attempts: int = Field(3, ge=1, description="tries per stage, restarting our server in between")
+    bucket_mb: int = Field(64, ge=1, description="weight-push bucket size")
+
+
+def _from_block(name: str) -> tuple[str, str, str | None]:
+    from blocks import InferenceEndpoint
+
+    conf = InferenceEndpoint.load(name).to_config()
+    if conf["kind"] != "vllm" or not conf["base_url"]:
+        raise ValueError(f"InferenceEndpoint block {name!r} must have kind 'vllm' and a base_url")
+    return conf["base_url"], conf["model_path"] or "policy", conf["api_key"]
+
+
+@contextmanager
+def vllm_inference(settings: VLLMSettings, model_path: str, *, launcher: str,
+                   nproc: int) -> Iterator[tuple[VLLMEndpoint, Callable[[StageSpec], dict]]]:
+    """Yields (endpoint for StageSpec.vllm, run_one for run_stages)."""
+    log = get_run_logger()
+    state: dict = {"server": None}
+    if settings.endpoint_block:
+        base_url, model, key = _from_block(settings.endpoint_block)
+    else:
+        key = secrets.token_urlsafe(24)
+        state["server"] = start_server(model_path, settings.server, SecretStr(key))
+        base_url, model = state["server"]["base_url"], settings.server.served_model_name
+    previous_key = os.environ.get(KEY_ENV)
+    os.environ[KEY_ENV] = key or ""  # stages (and torchrun children) read the key from here
+
+    def run_one(spec: StageSpec) -> dict:
+        for attempt in range(1, settings.stage_attempts + 1):
+            if state["server"] is not None:
+                state["server"] = ensure_server(state["server"], model_path, settings.server, SecretStr(key))
+            try:
+                return train_stage.with_options(retries=0)(spec, launcher=launcher, nproc=nproc)
+            except Exception as exc:
+                if attempt == settings.stage_attempts:
+                    raise
+                log.warning("stage to step %d failed (attempt %d of %d: %s); retrying from the last checkpoint",
+                            spec.until_step, attempt, settings.stage_attempts, exc)
+        raise AssertionError("unreachable")
+
+    try:
+        yield VLLMEndpoint(base_url=base_url, model=model, api_key_env=KEY_ENV, bucket_mb=settings.bucket_mb), run_one
+    finally:
+        if previous_key is None:
+            os.environ.pop(KEY_ENV, None)
+        else:
+            os.environ[KEY_ENV] = previous_key
+        if state["server"] is not None:
+            stop_server(state["server"]["pid"])

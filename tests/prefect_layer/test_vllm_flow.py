@@ -1,0 +1,76 @@
+"""rl_train with rollouts on a real vLLM server: the server is SIGKILLed
+mid-run, the flow restarts it and retries the stage from the last checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from flows.rl_train import RLTrainConfig, rl_train
+from flows.vllm_inference import VLLMSettings
+from ludic_core.config import GRPOConfig, TrainerConfig
+from ludic_core.inference.vllm_server import VLLMServerConfig, pid_alive
+from ludic_core.training.stage import TicTacToeRLData
+
+
+def _servers_of(model_dir: Path) -> list[int]:
+    """PIDs of vLLM API servers serving `model_dir` (their process-group leaders)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if "vllm.entrypoints.openai.api_server" in cmd and f"--model {model_dir.resolve()} " in cmd:
+                pids.append(int(entry.name))
+    return [p for p in pids if os.getpgid(p) == p] if pids else []
+
+
+def test_vllm_settings_are_strict():
+    with pytest.raises(ValueError, match="stage_atempts"):
+        VLLMSettings.model_validate({"stage_atempts": 2})
+    cfg = RLTrainConfig.model_validate({"model_path": "m", "inference": "vllm", "vllm": {"server": {"port": 8011}}})
+    assert cfg.vllm.server.port == 8011 and cfg.vllm.endpoint_block is None
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_killed_server_is_restarted_and_the_stage_resumes(prefect_api, format_tuned_model_dir, tmp_path):
+    model_dir = Path(format_tuned_model_dir)  # not the session server's model: its server is ours alone
+    killed: list[int] = []
+
+    def killer() -> None:  # SIGKILL the server's whole process group once step 2 is checkpointed
+        deadline = time.time() + 600
+        while time.time() < deadline and not killed:
+            if (tmp_path / "checkpoints" / "step_00000002").is_dir():
+                for pid in _servers_of(model_dir):
+                    os.killpg(pid, signal.SIGKILL)
+                    killed.append(pid)
+            time.sleep(0.05)
+
+    cfg = RLTrainConfig(
+        model_path=str(model_dir), out_dir=str(tmp_path), inference="vllm",
+        vllm=VLLMSettings(server=VLLMServerConfig(log_dir=str(tmp_path / "vllm"))),
+        algorithm=GRPOConfig(group_size=4), data=TicTacToeRLData(requests_per_step=2, group_size=4),
+        steps=5, steps_per_stage=5, eval_games=0,
+        trainer=TrainerConfig(lr=1e-3, checkpoint_every=1, micro_token_budget=8192, max_seq_len=512))
+    watcher = threading.Thread(target=killer, daemon=True)
+    watcher.start()
+    model = rl_train(cfg)
+    watcher.join(timeout=1)
+    assert killed, "the run finished before the server could be killed"
+    assert "step_00000005" in model
+    metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    steps = [m["step"] for m in metrics]
+    assert steps[-1] == 5 and steps.count(1) == 1, steps  # resumed from a checkpoint, not from step 0
+    assert [m["policy_version"] for m in metrics if m["step"] == 5] == [5.0]
+    logs = sorted((tmp_path / "vllm").glob("server-*.log"))
+    assert logs and "Application startup complete" in logs[0].read_text()
+    assert not _servers_of(model_dir) and not pid_alive(killed[0])  # restarted, then stopped at the end
