@@ -1,11 +1,15 @@
 # Two entry points (see README): `make demo` and `make test`.
 # Both create .venv on first use. torch comes from the on-disk CPU wheel, which
 # only pip finds, so it is installed first and pinned.
+# `make vllm` installs vLLM into its own environment (.venv-vllm; its pins clash
+# with ours); `make test` needs it for the tests marked `vllm`.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.ludic-installed
+VLLM_VENV ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.ludic-vllm.json
 
-.PHONY: demo test install
+.PHONY: demo test install vllm
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -18,5 +22,10 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/ludic demo
 
-test: $(STAMP)
+$(VLLM_STAMP): $(STAMP) ludic_core/inference/vllm_setup.py
+	LUDIC_VLLM_VENV=$(VLLM_VENV) $(VENV)/bin/ludic serve --setup
+
+vllm: $(VLLM_STAMP)
+
+test: $(STAMP) $(VLLM_STAMP)
 	$(PY) -m pytest

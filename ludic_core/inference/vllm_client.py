@@ -60,6 +60,7 @@ class VLLMChatClient:
         retry: RetryPolicy = RetryPolicy(),
         max_connections: int = 64,
         max_version_retries: int = 3,
+        extra_body: Mapping[str, Any] | None = None,
     ) -> None:
         base_url = base_url.rstrip("/")
         if not base_url.endswith("/v1"):
@@ -67,6 +68,7 @@ class VLLMChatClient:
         self.base_url, self.root_url = base_url, base_url[: -len("/v1")]
         self.model, self.retry = model, retry
         self.max_version_retries = max_version_retries
+        self.extra_body = dict(extra_body or {})  # more vLLM sampling fields, e.g. {"top_k": 20}
         self._api_key, self._timeout_s, self._max_conn = api_key, timeout_s, max_connections
         self._http: httpx.AsyncClient | None = None
         self._http_loop: asyncio.AbstractEventLoop | None = None
@@ -174,7 +176,7 @@ class VLLMChatClient:
             body["seed"] = s.seed
         if request.tools:
             body["tools"] = list(request.tools)
-        return body
+        return {**self.extra_body, **body}
 
     @staticmethod
     def _to_response(request: ChatCompletionRequest, data: dict[str, Any], version: int | None) -> ChatResponse:

@@ -69,6 +69,7 @@ def setup_vllm_env(env_dir: str | Path | None = None, *, build: str = "auto", fo
     want = {"build": build, "pins": pins}
     if not force and stamp.exists() and json.loads(stamp.read_text()) == want and python.exists():
         log(f"vLLM ({build}) already installed in {env}")
+        stamp.touch()  # newer than its inputs again, for make
     else:
         start = time.perf_counter()
         if not python.exists():

@@ -93,8 +93,16 @@ class GlooTransport:
             if not wire.agree(self._group, True):  # a worker refused the metadata
                 fut.result()  # raises with the server's reason
                 raise RuntimeError("a server worker refused the weight update")
-            for start, end in info["buckets"]:
-                wire.broadcast(self._group, wire.pack_bucket(tensors[start:end]))
+            buckets = info["buckets"]
+            # Pack bucket i+1 on a helper thread while bucket i is on the wire
+            # (both release the GIL): the copy hides behind the transfer.
+            with ThreadPoolExecutor(1, thread_name_prefix="ludic-pack") as packer:
+                pack = lambda b: packer.submit(wire.pack_bucket, tensors[b[0]:b[1]])  # noqa: E731
+                ahead = pack(buckets[0]) if buckets else None
+                for i in range(len(buckets)):
+                    buf = ahead.result()
+                    ahead = pack(buckets[i + 1]) if i + 1 < len(buckets) else None
+                    wire.broadcast(self._group, buf)
 
         _during(control, "/update_weights", {"update_info": info}, stream)
 

@@ -100,3 +100,11 @@ def test_auth_middleware_guards_every_route_but_liveness(monkeypatch):
     assert "needs 'Authorization: Bearer" in http.post("/collective_rpc").json()["error"]
     assert http.post("/pause", headers={"Authorization": "Bearer wrong"}).status_code == 401
     assert http.post("/pause", headers={"Authorization": "Bearer right"}).status_code == 200
+
+
+def test_a_lone_aligned_tensor_is_sent_without_a_copy():
+    t = torch.randn(16, 16)  # 1024 bytes: a multiple of the alignment
+    buf = wire.pack_bucket([t])
+    assert buf.data_ptr() == t.data_ptr() and buf.numel() == 1024
+    odd = torch.randn(3)  # 12 bytes: padded, so copied
+    assert wire.pack_bucket([odd]).numel() == wire.ALIGN

@@ -136,9 +136,13 @@ def _layout(metas: Sequence[TensorMeta]) -> tuple[list[int], int]:
 
 
 def pack_bucket(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Copy tensors into one flat, aligned uint8 CPU buffer."""
+    """One flat, aligned uint8 CPU buffer holding the tensors. A bucket of one
+    contiguous CPU tensor of aligned size is sent as is (no copy)."""
     metas = [TensorMeta("", str(t.dtype).removeprefix("torch."), tuple(t.shape)) for t in tensors]
     offsets, total = _layout(metas)
+    if len(tensors) == 1 and total == metas[0].nbytes and tensors[0].device.type == "cpu" \
+            and tensors[0].is_contiguous():
+        return tensors[0].detach().reshape(-1).view(torch.uint8)
     buf = torch.empty(total, dtype=torch.uint8)
     for t, off, m in zip(tensors, offsets, metas):
         src = t.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)

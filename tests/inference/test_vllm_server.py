@@ -1,0 +1,72 @@
+"""The vLLM launcher's pure parts: the command it builds, config checks, and
+stopping a process group by PID (a real server is started in test_vllm_live)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+from pydantic import ValidationError
+
+from ludic_core.inference.vllm_plugin import PLUGIN_DIR
+from ludic_core.inference.vllm_server import VLLMServerConfig, build_command, pid_alive, stop_server_pid
+
+
+def _flag(cmd: list[str], name: str) -> str:
+    return cmd[cmd.index(name) + 1]
+
+
+def test_cpu_command_has_what_ludic_relies_on_and_no_secret():
+    cmd, env = build_command("/models/m", VLLMServerConfig(), python="/venv/bin/python", port=8123, build="cpu")
+    assert cmd[:3] == ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    assert (_flag(cmd, "--host"), _flag(cmd, "--port"), _flag(cmd, "--model")) == ("127.0.0.1", "8123", "/models/m")
+    assert _flag(cmd, "--logprobs-mode") == "processed_logprobs"  # the sampled distribution's log-probs
+    assert _flag(cmd, "--generation-config") == "vllm"
+    assert json.loads(_flag(cmd, "--weight-transfer-config")) == {"backend": "ludic_gloo"}
+    assert _flag(cmd, "--worker-extension-cls") == "ludic_vllm_ext.LudicWorkerExtension"
+    assert _flag(cmd, "--middleware") == "ludic_vllm_auth.require_api_key"
+    assert "--enforce-eager" in cmd and "--api-key" not in cmd  # the key travels in VLLM_API_KEY
+    assert env == {"VLLM_SERVER_DEV_MODE": "1", "PYTHONPATH": str(PLUGIN_DIR), "VLLM_CPU_KVCACHE_SPACE": "1"}
+
+
+def test_cuda_command_uses_vllms_nccl_engine():
+    cfg = VLLMServerConfig(host="0.0.0.0", tool_call_parser=None, enforce_eager=False, extra_args=("--seed", "1"))
+    cmd, env = build_command("/m", cfg, python="p", port=1, build="cuda")
+    assert json.loads(_flag(cmd, "--weight-transfer-config")) == {"backend": "nccl"}
+    assert "--enable-auto-tool-choice" not in cmd and "--enforce-eager" not in cmd and cmd[-2:] == ["--seed", "1"]
+    assert "VLLM_CPU_KVCACHE_SPACE" not in env
+
+
+def test_config_is_strict():
+    with pytest.raises(ValidationError, match="kv_cache_gb"):
+        VLLMServerConfig(kv_cache_gb=2)
+    with pytest.raises(ValidationError, match="port"):
+        VLLMServerConfig(port=70000)
+
+
+def test_missing_environment_is_a_clear_error(tmp_path, tiny_model_dir):
+    from ludic_core.inference.vllm_server import start_vllm_server
+
+    with pytest.raises(FileNotFoundError, match="ludic serve --setup"):
+        start_vllm_server(tiny_model_dir, VLLMServerConfig(python=str(tmp_path / "nope" / "python")))
+    with pytest.raises(FileNotFoundError, match="not a model directory"):
+        start_vllm_server(tmp_path, VLLMServerConfig())
+
+
+def test_stop_ends_the_whole_process_group():
+    # a group leader with a child, like the API server and its engine-core process
+    code = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); " \
+           "print(flush=True); time.sleep(60)"
+    leader = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True)
+    leader.stdout.readline()
+    child = int(subprocess.check_output(["pgrep", "-P", str(leader.pid)]).split()[0])
+    assert stop_server_pid(leader.pid, timeout_s=5)
+    leader.wait(timeout=5)
+    deadline = time.time() + 5
+    while pid_alive(child) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not pid_alive(child)
+    assert not stop_server_pid(leader.pid)  # already gone: nothing to do
