@@ -103,11 +103,15 @@ def vllm_server(tiny_model_dir, tmp_path_factory):
         [sys.executable, "-m", "flows.cli", "serve", "--model", str(tiny_model_dir), "--port", str(port),
          "--log-dir", str(logs)],
         env={**os.environ, "LUDIC_VLLM_API_KEY": key}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    first = cli.stdout.readline()
-    if not first.startswith("{"):
+    seen = []  # warnings may come first; the JSON line comes once /health answers
+    for line in cli.stdout:
+        if line.startswith("{"):
+            break
+        seen.append(line)
+    else:
         cli.kill()
-        pytest.fail(f"`ludic serve` did not start: {first}{cli.stdout.read()[-3000:]}")
-    info = json.loads(first)
+        pytest.fail("`ludic serve` did not start:\n" + "".join(seen)[-3000:])
+    info = json.loads(line)
     server = SimpleNamespace(**info, api_key=key, model_dir=tiny_model_dir, cli_pid=cli.pid,
                              root_url=info["base_url"].removesuffix("/v1"))
     yield server
