@@ -85,8 +85,12 @@ class ControlClient:
                  retry: RetryPolicy = RetryPolicy()) -> None:
         self.root_url = root_url.rstrip("/")
         self.retry = retry
+        # No keep-alive: the server closes idle connections (uvicorn: after 5 s), and a
+        # control call sent on such a connection fails in a way that cannot tell
+        # whether the server acted on it. A fresh loopback connection costs ~0.1 ms.
         self._http = httpx.Client(base_url=self.root_url, headers=auth_headers(api_key),
-                                  timeout=httpx.Timeout(timeout_s, connect=5.0))
+                                  timeout=httpx.Timeout(timeout_s, connect=5.0),
+                                  limits=httpx.Limits(max_keepalive_connections=0))
 
     def call(self, method: str, path: str, *, json: Any = None, params: dict | None = None,
              timeout_s: float | None = None) -> Any:

@@ -71,14 +71,18 @@ class VLLMPolicyPublisher:
         if self._schema is not None:
             return
         results = self.control.post("/collective_rpc", json={"method": "ludic_weight_schema"})["results"]
-        self._schema = {k: (d, tuple(s)) for k, (d, s) in results[0].items()}
+        schema = {k: (d, tuple(s)) for k, (d, s) in results[0].items()}
+        # A push left half-done (a publisher that died, an abort that never
+        # arrived) would block every later /start_weight_update: clear it.
+        aborted = self.control.post("/collective_rpc", json={"method": "ludic_abort_weight_update"})["results"]
+        if any(aborted):
+            log.warning("%s had a half-done weight push (nothing of it was loaded); cleared it", self.root_url)
         if self.control.get("/is_paused").get("is_paused"):
-            log.warning("%s was left paused (a previous publisher died mid-push?): aborting that push "
-                        "and resuming", self.root_url)
-            self.control.post("/collective_rpc", json={"method": "ludic_abort_weight_update"})
+            log.warning("%s was left paused (a previous publisher died mid-push?); resuming it", self.root_url)
             self.control.post("/resume")
         world = int(self.control.get("/get_world_size")["world_size"])
         self.transport.connect(self.control, world)
+        self._schema = schema
 
     def served_version(self) -> str:
         return str(self.control.get("/weight_info")["weight_version"])

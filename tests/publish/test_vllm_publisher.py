@@ -171,3 +171,13 @@ def test_lora_is_published_as_merged_weights(client, publisher, tiny_model_and_t
     resp = _probe(client)
     ref = teacher_logprobs(_model_with(merged, tiny_model_and_tokenizer), resp, 0.0)
     assert resp.policy_version == 600 and max(abs(a - b) for a, b in zip(ref, resp.completion_logprobs)) < 1e-4
+
+
+def test_pushes_further_apart_than_the_servers_keep_alive_still_work(client, publisher, tiny_model_and_tokenizer):
+    """Trainer steps are often longer than uvicorn's 5 s keep-alive: a control
+    call must never go out on a connection the server already closed."""
+    model, _ = tiny_model_and_tokenizer
+    publisher.publish(model.state_dict(), version=700)
+    time.sleep(6)
+    publisher.publish(_perturbed(model, seed=7), version=701)
+    assert _probe(client).policy_version == 701
