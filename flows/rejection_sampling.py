@@ -19,9 +19,11 @@ class RejectionSamplingConfig(FlowConfig):
 
     model_path: str = Field(description="model dir whose tokenizer renders the traces")
     out_dir: str = Field("runs/demo/rejection", description="where the dataset is written")
-    games: int = Field(1024, ge=1, description="teacher games to sample")
+    games: int = Field(4096, ge=1, description="teacher games to sample")
     min_reward: float = Field(1.0, description="keep episodes with return >= this (1 = wins)")
     opponent: Literal["random", "minimax"] = "random"
+    tie_break: Literal["preference", "random"] = Field(
+        "preference", description="teacher's choice among equally good moves (preference: centre, corners, edges)")
     seed: int = 1
 
 
@@ -34,7 +36,7 @@ def rejection_sampling(cfg: RejectionSamplingConfig) -> str:
         get_run_logger().info("rejection sampling already done: %s", result["dataset_path"])
         return result["dataset_path"]
     result = rejection_sample(cfg.model_path, cfg.out_dir, games=cfg.games, seed=cfg.seed,
-                              min_reward=cfg.min_reward, opponent=cfg.opponent)
+                              min_reward=cfg.min_reward, opponent=cfg.opponent, tie_break=cfg.tie_break)
     table_artifact("rejection-sampling", [{k: v for k, v in result.items()}], "rejection sampling outcome")
     done.write_text(json.dumps(result))
     return result["dataset_path"]

@@ -14,7 +14,7 @@ from ludic_core.rejection import rollouts_to_dataset, save_dataset
 
 @task(name="rejection-sample-teacher", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=1)
 def rejection_sample(model_path: str, out_dir: str, *, games: int, seed: int, min_reward: float,
-                     opponent: str = "random") -> dict:
+                     opponent: str = "random", tie_break: str = "preference") -> dict:
     """Teacher games through the LLM stack -> keep by reward -> `datasets` dataset on disk.
 
     Rewrites its outputs from scratch, so a retry after a transient failure is safe.
@@ -24,7 +24,8 @@ def rejection_sample(model_path: str, out_dir: str, *, games: int, seed: int, mi
     out.mkdir(parents=True, exist_ok=True)
     jsonl = out / "rollouts.jsonl"
     jsonl.unlink(missing_ok=True)
-    rollouts = teacher_rollouts(tok, games=games, seed=seed, opponent=opponent, jsonl_path=str(jsonl))
+    rollouts = teacher_rollouts(tok, games=games, seed=seed, opponent=opponent, tie_break=tie_break,
+                                jsonl_path=str(jsonl))
     kept, stats = keep_by_reward(rollouts, min_reward=min_reward)
     path = save_dataset(rollouts_to_dataset(kept), out / "dataset")
     get_run_logger().info("kept %d/%d episodes -> %s", len(kept), len(rollouts), path)

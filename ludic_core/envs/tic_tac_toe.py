@@ -40,10 +40,12 @@ ILLEGAL_MOVE_REWARD = -1.0
 _OPPONENTS = ("random", "minimax")
 _POLICY_KINDS = ("minimax", "random", "first_legal")
 _LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
-_SYSPROMPT = (
-    "You play tic-tac-toe; cells are numbered 1-9 row by row. "
-    "Answer with the cell number inside <move></move> tags, e.g. <move>5</move>."
-)
+# No digits and no literal "<move>N</move>" example: a small model copies such
+# an example by induction ("<move>" was followed by "5" before) and then plays
+# that cell on every board.
+_SYSPROMPT = "You play tic-tac-toe. Answer with the number of a free cell inside move tags."
+#: Teacher tie-break among optimal moves: centre, corners, then edges.
+_PREFERENCE = (5, 1, 3, 7, 9, 2, 4, 6, 8)
 _BOARD_RE = re.compile(
     r"^[ \t]*([XO.1-9]{3})[ \t]*\r?\n[ \t]*([XO.1-9]{3})[ \t]*\r?\n[ \t]*([XO.1-9]{3})[ \t]*$", re.M
 )
@@ -160,7 +162,7 @@ def _obs(b: str, mark: str, status: str) -> str:
 
 
 def _prompt_obs(b: str, mark: str) -> str:
-    return _obs(b, mark, "Your move (1-9).")
+    return _obs(b, mark, "Your move.")
 
 
 def _end_obs(b: str, mark: str, result: str) -> str:
@@ -387,13 +389,23 @@ def _last_user_text(messages: list[Message]) -> str:
 
 
 def scripted_tic_tac_toe_policy(
-    kind: Literal["minimax", "random", "first_legal"], seed: int | None = None
+    kind: Literal["minimax", "random", "first_legal"],
+    seed: int | None = None,
+    tie_break: Literal["random", "preference"] = "random",
 ) -> Callable[[list[Message]], str]:
     """A plain-Python player: reads the board from the last user message and
     answers exactly as the model is asked to ("<move>5</move>"). Useful as an
-    opponent, a baseline, or to test protocols without a model."""
+    opponent, a baseline, or to test protocols without a model.
+
+    `tie_break` chooses among equally good minimax moves: "random", or
+    "preference" (centre, corners, edges), which makes the teacher a function
+    of the board. A tiny model imitates that in minutes; with random ties the
+    opening move alone is uniform over 9 cells and SFT sits at the marginal.
+    """
     if kind not in _POLICY_KINDS:
         raise ValueError(f"unknown scripted policy kind {kind!r}; expected one of {_POLICY_KINDS}")
+    if tie_break not in ("random", "preference"):
+        raise ValueError(f"unknown tie_break {tie_break!r}; expected 'random' or 'preference'")
     rng = random.Random(seed)
 
     def policy(messages: list[Message]) -> str:
@@ -402,7 +414,8 @@ def scripted_tic_tac_toe_policy(
         if not moves:
             raise ValueError(f"the game on board {board!r} is over; there is no move to make")
         if kind == "minimax":
-            cell = rng.choice(minimax_moves(board, mark))
+            best = minimax_moves(board, mark)
+            cell = min(best, key=_PREFERENCE.index) if tie_break == "preference" else rng.choice(best)
         elif kind == "random":
             cell = rng.choice(moves)
         else:

@@ -66,9 +66,14 @@ def tic_tac_toe_requests(n: int, *, marks: Sequence[str] = ("X", "O"), opponent:
 
 
 def teacher_rollouts(tokenizer: Any, *, games: int, seed: int = 0, opponent: str = "random",
-                     jsonl_path: str | None = None) -> list[Rollout]:
-    """Games played by the minimax teacher through the LLM stack (real token traces)."""
-    teacher = ScriptedChatClient(scripted_tic_tac_toe_policy("minimax", seed=seed), tokenizer)
+                     tie_break: str = "preference", jsonl_path: str | None = None) -> list[Rollout]:
+    """Games played by the minimax teacher through the LLM stack (real token traces).
+
+    The default "preference" tie-break makes the teacher deterministic given the
+    board, which is what lets a tiny model imitate it within the demo's budget.
+    """
+    policy = scripted_tic_tac_toe_policy("minimax", seed=seed, tie_break=tie_break)  # type: ignore[arg-type]
+    teacher = ScriptedChatClient(policy, tokenizer)
     engine = tic_tac_toe_engine(teacher, jsonl_path=jsonl_path)
     return asyncio.run(engine.generate_rollouts(tic_tac_toe_requests(games, seed=seed, opponent=opponent),
                                                 max_steps=9))

@@ -59,8 +59,33 @@ def test_render_board():
 def test_scripted_policy_reads_numbered_boards():
     policy = scripted_tic_tac_toe_policy("minimax", seed=0)
     # X to move with X at 1 and 2: completing the row at 3 wins
-    msg = [{"role": "user", "content": "Board:\nXX3\nOO6\n789\nYou are X. Your move (1-9)."}]
+    msg = [{"role": "user", "content": "Board:\nXX3\nOO6\n789\nYou are X. Your move."}]
     assert policy(msg) == "<move>3</move>"
+
+
+def _ask(board: str, mark: str) -> list[dict]:
+    from ludic_core.envs.tic_tac_toe import render_numbered
+    return [{"role": "user", "content": f"Board:\n{render_numbered(board)}\nYou are {mark}. Your move."}]
+
+
+def test_preference_tie_break_is_a_function_of_the_board():
+    teacher = scripted_tic_tac_toe_policy("minimax", seed=0, tie_break="preference")
+    # empty board: all 9 cells draw; preference takes the centre, every time
+    assert {teacher(_ask("." * 9, "X")) for _ in range(20)} == {"<move>5</move>"}
+    # after a centre opening only corners hold; the first preferred corner is 1
+    assert teacher(_ask("....X....", "O")) == "<move>1</move>"
+    # a winning move is the only optimal one, whatever the preference
+    assert teacher(_ask("XX.OO....", "X")) == "<move>3</move>"
+    # random tie-breaks do vary on the empty board
+    rand = scripted_tic_tac_toe_policy("minimax", seed=0)
+    assert len({rand(_ask("." * 9, "X")) for _ in range(50)}) > 3
+    with pytest.raises(ValueError, match="tie_break"):
+        scripted_tic_tac_toe_policy("minimax", tie_break="first")
+
+
+def test_sysprompt_has_no_digit_to_copy():
+    # an example cell in the instructions becomes the cell a tiny model always plays
+    assert not any(ch.isdigit() for ch in TicTacToeEnv().suggested_sysprompt)
 
 
 def test_minimax_empty_board_all_moves_draw():
@@ -97,18 +122,18 @@ def test_env_interface_and_reset_observation():
     assert isinstance(env, SingleAgentEnv) and isinstance(env, LudicEnv)
     out = env.reset(seed=0)
     obs, info = out["agent_0"]
-    assert obs == "Board:\n123\n456\n789\nYou are X. Your move (1-9)."
+    assert obs == "Board:\n123\n456\n789\nYou are X. Your move."
     assert info["legal_moves"] == list(range(1, 10))
     assert info["optimal_moves"] == list(range(1, 10))
     assert env.active_agents() == ["agent_0"]
-    assert "<move>" in env.suggested_sysprompt and "\n" not in env.suggested_sysprompt
+    assert "move tags" in env.suggested_sysprompt and "\n" not in env.suggested_sysprompt
 
 
 def test_agent_as_o_gets_opponent_first_move():
     env = TicTacToeEnv(opponent="random", agent_mark="O")
     obs, info = env.env_reset(seed=3)
     assert env.board.count("X") == 1 and env.board.count("O") == 0
-    assert obs.endswith("You are O. Your move (1-9).")
+    assert obs.endswith("You are O. Your move.")
     assert render_numbered(env.board) in obs
     assert len(info["legal_moves"]) == 8
     assert info["opponent_move"] == env.board.index("X") + 1
@@ -217,7 +242,7 @@ def test_non_terminal_reward_and_optimal_info():
     board = env.board
     assert out.info["optimal_moves"] == minimax_moves(board, "X")
     assert out.info["legal_moves"] == legal_moves(board)
-    assert out.obs == f"Board:\n{render_numbered(board)}\nYou are X. Your move (1-9)."
+    assert out.obs == f"Board:\n{render_numbered(board)}\nYou are X. Your move."
 
 
 # ------------------------------------------------------------------ duel env
@@ -228,7 +253,7 @@ def test_duel_alternates_and_returns_both_outcomes():
     assert env.agent_ids == ["X", "O"]
     start = env.reset(seed=0)
     assert set(start) == {"X", "O"}
-    assert start["X"][0].endswith("You are X. Your move (1-9).")
+    assert start["X"][0].endswith("You are X. Your move.")
     assert start["X"][1]["optimal_moves"] == list(range(1, 10))
     assert env.active_agents() == ["X"]
 
@@ -237,7 +262,7 @@ def test_duel_alternates_and_returns_both_outcomes():
     assert out["X"].reward == 0.0 and not out["X"].terminated
     assert "....X...." == out["X"].info["board"]
     assert out["X"].obs is None  # the mover waits silently; O gets the board
-    assert out["O"].obs.endswith("You are O. Your move (1-9).")
+    assert out["O"].obs.endswith("You are O. Your move.")
     assert out["O"].info["optimal_moves"] == [1, 3, 7, 9]
     assert env.active_agents() == ["O"]
 
@@ -299,7 +324,7 @@ def test_duel_scripted_minimax_self_play_draws():
 
 
 def test_parse_observation():
-    text = "Some preamble.\nBoard:\nX.O\n.X.\n..O\nYou are O. Your move (1-9)."
+    text = "Some preamble.\nBoard:\nX.O\n.X.\n..O\nYou are O. Your move."
     assert parse_observation(text) == ("X.O.X...O", "O")
     assert parse_observation("X..\n...\n...") == ("X........", "O")  # inferred from counts
     with pytest.raises(ValueError, match="no tic-tac-toe board"):
@@ -307,14 +332,14 @@ def test_parse_observation():
 
 
 def test_scripted_policy_formats_and_errors():
-    obs = "Board:\nXX.\nOO.\n...\nYou are X. Your move (1-9)."
+    obs = "Board:\nXX.\nOO.\n...\nYou are X. Your move."
     assert scripted_tic_tac_toe_policy("minimax")(_user(obs)) == "<move>3</move>"
     assert scripted_tic_tac_toe_policy("first_legal")(_user(obs)) == "<move>3</move>"
     assert _cell(scripted_tic_tac_toe_policy("random", seed=0)(_user(obs))) in set("36789")
     # reads the LAST user message, not earlier ones or assistant turns
-    msgs = _user("Board:\n...\n...\n...\nYou are X. Your move (1-9).") + [
+    msgs = _user("Board:\n...\n...\n...\nYou are X. Your move.") + [
         {"role": "assistant", "content": "<move>1</move>"},
-        {"role": "user", "content": "Board:\nX..\n...\n...\nYou are O. Your move (1-9)."},
+        {"role": "user", "content": "Board:\nX..\n...\n...\nYou are O. Your move."},
     ]
     assert scripted_tic_tac_toe_policy("minimax")(msgs) == "<move>5</move>"
     with pytest.raises(ValueError, match="no tic-tac-toe board"):
@@ -326,7 +351,7 @@ def test_scripted_policy_formats_and_errors():
 
 
 def test_scripted_minimax_policy_deterministic_per_seed():
-    obs = _user("Board:\n...\n...\n...\nYou are X. Your move (1-9).")
+    obs = _user("Board:\n...\n...\n...\nYou are X. Your move.")
     a = [scripted_tic_tac_toe_policy("minimax", seed=7)(obs) for _ in range(3)]
     p, q = scripted_tic_tac_toe_policy("minimax", seed=7), scripted_tic_tac_toe_policy("minimax", 7)
     assert [p(obs) for _ in range(20)] == [q(obs) for _ in range(20)]
