@@ -25,6 +25,9 @@ class MicroBatch:
     actor_logprobs: torch.Tensor  # [B, T] float (zeros where unknown)
     weights: torch.Tensor  # [B] float
     meta: list[dict[str, Any]] = field(default_factory=list)
+    # [B] temperature each row was sampled at (1.0 when unknown or greedy), so
+    # the trainer's log-probs are of the same distribution as actor_logprobs
+    temperatures: torch.Tensor | None = None
 
     @property
     def real_tokens(self) -> int:
@@ -55,7 +58,14 @@ def _pack(items: Sequence[SAWItem], pad_id: int) -> MicroBatch:
         if it.actor_logprobs is not None:
             lps[row, :k] = torch.tensor(it.actor_logprobs, dtype=torch.float32)
     weights = torch.tensor([it.weight for it in items], dtype=torch.float32)
-    return MicroBatch(ids, attn, act, lps, weights, [it.meta for it in items])
+    temps = torch.tensor([_temperature(it.meta) for it in items], dtype=torch.float32)
+    return MicroBatch(ids, attn, act, lps, weights, [it.meta for it in items], temps)
+
+
+def _temperature(meta: dict[str, Any]) -> float:
+    """Greedy (0) rows report log-probs at temperature 1, like the samplers."""
+    t = meta.get("sampling_temperature")
+    return float(t) if t is not None and t > 0 else 1.0
 
 
 def collate_micro_batches(

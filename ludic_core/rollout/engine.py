@@ -114,6 +114,8 @@ class RolloutEngine:
             "protocol_kind": req.protocol.kind,
             "request_index": index,
             "group_id": req.group_id,
+            # the trainer scales logits by it so ratios compare like with like
+            "sampling_temperature": req.inference.sampling.temperature if req.inference else None,
         }
         try:
             env = self.env_registry[req.env.kind](**req.env.kwargs)

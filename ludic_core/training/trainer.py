@@ -124,6 +124,12 @@ class Trainer:
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16):
             logits = self.model(input_ids=mb.input_ids.to(device),
                                 attention_mask=mb.attention_mask.to(device)).logits
+        if mb.temperatures is not None and getattr(self.algorithm, "requires_actor_logprobs", False):
+            # actor log-probs are of softmax(logits / T): compare like with like
+            # (top-p renormalisation is not replayed: keep top_p=1 for ratio losses)
+            temps = mb.temperatures.to(device)
+            if bool((temps != 1.0).any()):
+                logits = logits / temps[:, None, None]
         loss_fn = self.algorithm.loss
         inputs = LossInputs(
             logprobs=token_logprobs(logits, mb.input_ids.to(device)),
@@ -275,4 +281,4 @@ def _is_pad(mb: MicroBatch) -> bool:
 def _zero_weight_copy(mb: MicroBatch) -> MicroBatch:
     """A micro-batch that contributes nothing (keeps FSDP ranks in lock-step)."""
     return MicroBatch(mb.input_ids, mb.attention_mask, torch.zeros_like(mb.action_mask),
-                      mb.actor_logprobs, torch.zeros_like(mb.weights), [{"_pad": True}])
+                      mb.actor_logprobs, torch.zeros_like(mb.weights), [{"_pad": True}], mb.temperatures)

@@ -135,3 +135,26 @@ def test_sigkill_and_resume_matches_a_straight_run(tiny_model_dir, tmp_path):
     a = load_file(tmp_path / "a" / "step_00000004" / "model" / "model.safetensors")
     b = load_file(tmp_path / "b" / "step_00000004" / "model" / "model.safetensors")
     assert _max_diff(a, b) < 1e-6
+
+
+@pytest.mark.parametrize("temperature", [0.5, 1.0])
+def test_first_rl_step_ratio_is_one_at_any_sampling_temperature(tiny_model_dir, temperature):
+    """Actor log-probs are of softmax(logits / T); the trainer must score the same
+    distribution, or every ratio is off and clipping silently eats the gradient."""
+    from ludic_core.batching.sources import RolloutBatchSource
+    from ludic_core.recipes.tic_tac_toe import tic_tac_toe_engine, tic_tac_toe_requests
+    from ludic_core.rollout import GRPORequestStrategy
+
+    model, tok = load_model_and_tokenizer(tiny_model_dir)
+    client = LocalChatClient(*load_model_and_tokenizer(tiny_model_dir))
+    grpo = make_grpo(group_size=4)
+    source = RolloutBatchSource(
+        tic_tac_toe_engine(client), lambda i: tic_tac_toe_requests(4, seed=7, temperature=temperature),
+        grpo, max_steps=9, strategy=GRPORequestStrategy(4, seed=0), max_seq_len=512)
+    batch = source.next_batch()
+    assert {it.meta["sampling_temperature"] for it in batch.items} == {temperature}
+    trainer = Trainer(model, grpo, OfflineBatchSource(batch.items, batch_size=len(batch.items), seed=0),
+                      TrainerConfig(lr=1e-4, micro_token_budget=8192, max_seq_len=512), tokenizer=tok)
+    m = trainer.train_step()
+    assert abs(m["ratio_max"] - 1.0) < 1e-3 and abs(m["ratio_min"] - 1.0) < 1e-3, m
+    assert m["clip_frac"] == 0.0
