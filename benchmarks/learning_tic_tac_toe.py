@@ -37,12 +37,14 @@ from ludic_core.training.trainer import Trainer
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="runs/learn")
-    ap.add_argument("--teacher-games", type=int, default=1024)
-    ap.add_argument("--sft-steps", type=int, default=150)
-    ap.add_argument("--rl-steps", type=int, default=20)
+    ap.add_argument("--teacher-games", type=int, default=4096)
+    ap.add_argument("--sft-steps", type=int, default=400)
+    ap.add_argument("--sft-lr", type=float, default=2e-3)
+    ap.add_argument("--rl-steps", type=int, default=30)
     ap.add_argument("--rl-requests", type=int, default=8, help="requests per RL step (x group size)")
     ap.add_argument("--group-size", type=int, default=8)
-    ap.add_argument("--rl-lr", type=float, default=2e-4)
+    ap.add_argument("--rl-lr", type=float, default=1e-4)
+    ap.add_argument("--rl-temperature", type=float, default=0.7)
     ap.add_argument("--eval-games", type=int, default=200)
     args = ap.parse_args()
     out = Path(args.out)
@@ -60,7 +62,7 @@ def main() -> None:
     t = time.perf_counter()
     kept, rs = keep_by_reward(teacher_rollouts(tok, games=args.teacher_games, seed=1), min_reward=1.0)
     items = make_sft().prepare(kept).items
-    sft_cfg = TrainerConfig(lr=3e-3, warmup_steps=10, schedule="cosine", total_steps=args.sft_steps,
+    sft_cfg = TrainerConfig(lr=args.sft_lr, warmup_steps=10, schedule="cosine", total_steps=args.sft_steps,
                             micro_token_budget=16384, max_seq_len=512)
     sft = Trainer(policy, make_sft(), OfflineBatchSource(items, batch_size=64, seed=0), sft_cfg,
                   tokenizer=tok, publisher=publisher,
@@ -75,7 +77,8 @@ def main() -> None:
     grpo = make_grpo(group_size=args.group_size)
     source = RolloutBatchSource(
         tic_tac_toe_engine(client),
-        lambda i: tic_tac_toe_requests(args.rl_requests, seed=1_000 + i * args.rl_requests),
+        lambda i: tic_tac_toe_requests(args.rl_requests, seed=1_000 + i * args.rl_requests,
+                                       temperature=args.rl_temperature),
         grpo, max_steps=9, strategy=GRPORequestStrategy(args.group_size, seed=0), max_seq_len=512,
     )
     rl_cfg = TrainerConfig(lr=args.rl_lr, micro_token_budget=16384, max_seq_len=512, sync_every_steps=1)

@@ -1,7 +1,7 @@
 """What does Prefect cost? The demo chain through Prefect vs the same library
 calls with no Prefect, side by side, on identical (reduced) budgets.
 
-Both sides do exactly the same work: build the tiny model, evaluate, rejection
+Both sides do exactly the same work (the demo's settings, smaller budgets): build the tiny model, evaluate, rejection
 sample, SFT in checkpointed stages, RL in checkpointed stages, evaluate after
 each. The Prefect side runs `flows.demo.demo` on the embedded API (its start-up
 counted separately); the plain side calls the ludic_core functions the tasks
@@ -33,19 +33,19 @@ def plain_chain(run: Path, a: argparse.Namespace) -> None:
     (run / "rejection").mkdir(parents=True, exist_ok=True)
     rollouts = teacher_rollouts(tok, games=a.teacher_games, seed=1, jsonl_path=str(run / "rejection" / "r.jsonl"))
     dataset = str(save_dataset(rollouts_to_dataset(keep_by_reward(rollouts, min_reward=1.0)[0]), run / "rejection" / "dataset"))
-    sft_trainer = TrainerConfig(lr=3e-3, warmup_steps=10, schedule="cosine", total_steps=a.sft_steps,
+    sft_trainer = TrainerConfig(lr=2e-3, warmup_steps=10, schedule="cosine", total_steps=a.sft_steps,
                                 micro_token_budget=16384, max_seq_len=512)
     sft = StageSpec(model_path=model, checkpoint_dir=str(run / "sft" / "checkpoints"), algorithm=SFTConfig(),
                     trainer=sft_trainer, data=DatasetData(path=dataset), until_step=a.sft_steps,
                     metrics_path=str(run / "sft" / "metrics.jsonl"))
-    per = max(a.sft_steps // 3, 1)
+    per = max(a.sft_steps // 4, 1)
     for target in list(range(per, a.sft_steps, per)) + [a.sft_steps]:
         res = run_stage(sft.model_copy(update={"until_step": target}))
     sft_model = res["model_path"]
     evaluate_tic_tac_toe(LocalChatClient(sft_model), games_per_mark=a.eval_games)
     rl = StageSpec(model_path=sft_model, checkpoint_dir=str(run / "rl" / "checkpoints"),
-                   algorithm=GRPOConfig(group_size=8), data=TicTacToeRLData(group_size=8), until_step=a.rl_steps,
-                   trainer=TrainerConfig(lr=1e-3, micro_token_budget=16384, max_seq_len=512),
+                   algorithm=GRPOConfig(group_size=8), data=TicTacToeRLData(group_size=8, temperature=0.7), until_step=a.rl_steps,
+                   trainer=TrainerConfig(lr=1e-4, micro_token_budget=16384, max_seq_len=512),
                    metrics_path=str(run / "rl" / "metrics.jsonl"))
     per = max(a.rl_steps // 2, 1)
     for target in list(range(per, a.rl_steps, per)) + [a.rl_steps]:

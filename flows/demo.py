@@ -28,9 +28,12 @@ class DemoConfig(FlowConfig):
     run_dir: str = Field("runs/demo", description="everything the chain writes goes here")
     preset: Literal["tiny-1m", "tiny-10m"] = "tiny-1m"
     seed: int = 0
-    teacher_games: int = Field(1024, ge=1)
-    sft_steps: int = Field(150, ge=1)
-    rl_steps: int = Field(20, ge=1)
+    teacher_games: int = Field(4096, ge=1)
+    sft_steps: int = Field(400, ge=1)
+    sft_lr: float = Field(2e-3, gt=0, description="peak SFT learning rate (cosine decay to 0)")
+    rl_steps: int = Field(30, ge=1)
+    rl_lr: float = Field(1e-4, gt=0)
+    rl_temperature: float = Field(0.7, gt=0, description="sampling temperature of RL rollouts")
     group_size: int = Field(8, ge=2)
     eval_games: int = Field(200, ge=1, description="greedy games per mark per evaluation")
     launcher: Literal["in_process", "torchrun"] = "in_process"
@@ -51,13 +54,14 @@ def demo(cfg: DemoConfig) -> dict:
         model_path=model_path, out_dir=f"{run}/rejection", games=cfg.teacher_games, seed=cfg.seed + 1))
     sft_model = sft(SFTFlowConfig(
         model_path=model_path, dataset_path=dataset, out_dir=f"{run}/sft", steps=cfg.sft_steps,
-        steps_per_stage=max(cfg.sft_steps // 3, 1), launcher=cfg.launcher, progress_bar=cfg.progress_bar,
-        trainer=TrainerConfig(lr=3e-3, warmup_steps=10, schedule="cosine", total_steps=cfg.sft_steps,
+        steps_per_stage=max(cfg.sft_steps // 4, 1), launcher=cfg.launcher, progress_bar=cfg.progress_bar,
+        trainer=TrainerConfig(lr=cfg.sft_lr, warmup_steps=10, schedule="cosine", total_steps=cfg.sft_steps,
                               micro_token_budget=16384, max_seq_len=512)))
     rows.append(_row("after SFT", evaluate_policy(sft_model, games_per_mark=cfg.eval_games)))
     rl_model = rl_train(RLTrainConfig(
         model_path=sft_model, out_dir=f"{run}/rl", algorithm=GRPOConfig(group_size=cfg.group_size),
-        data=TicTacToeRLData(group_size=cfg.group_size), steps=cfg.rl_steps,
+        data=TicTacToeRLData(group_size=cfg.group_size, temperature=cfg.rl_temperature), steps=cfg.rl_steps,
+        trainer=TrainerConfig(lr=cfg.rl_lr, micro_token_budget=16384, max_seq_len=512),
         steps_per_stage=max(cfg.rl_steps // 2, 1), eval_games=0, launcher=cfg.launcher,
         progress_bar=cfg.progress_bar))
     rows.append(_row("after RL", evaluate_policy(rl_model, games_per_mark=cfg.eval_games)))

@@ -25,7 +25,7 @@ class RLTrainConfig(FlowConfig):
     data: TicTacToeRLData = TicTacToeRLData()
     steps: int = Field(20, ge=1)
     steps_per_stage: int = Field(10, ge=1)
-    trainer: TrainerConfig = TrainerConfig(lr=1e-3, micro_token_budget=16384, max_seq_len=512)
+    trainer: TrainerConfig = TrainerConfig(lr=1e-4, micro_token_budget=16384, max_seq_len=512)
     inference: Literal["local", "vllm"] = Field(
         "local", description="local = in-process LocalChatClient (no server); vllm = a vLLM server, see `vllm`")
     vllm: VLLMSettings = Field(VLLMSettings(), description="the vLLM server (inference: vllm only)")

@@ -18,10 +18,10 @@ class SFTFlowConfig(FlowConfig):
     model_path: str = Field(description="initial weights (HF model dir)")
     dataset_path: str = Field(description="dataset written by rejection_sampling")
     out_dir: str = Field("runs/demo/sft", description="checkpoints and metrics")
-    steps: int = Field(150, ge=1)
-    steps_per_stage: int = Field(50, ge=1, description="each stage ends in a checkpoint")
+    steps: int = Field(400, ge=1)
+    steps_per_stage: int = Field(100, ge=1, description="each stage ends in a checkpoint")
     batch_size: int = Field(64, ge=1)
-    trainer: TrainerConfig = TrainerConfig(lr=3e-3, warmup_steps=10, schedule="cosine", total_steps=150,
+    trainer: TrainerConfig = TrainerConfig(lr=2e-3, warmup_steps=10, schedule="cosine", total_steps=400,
                                            micro_token_budget=16384, max_seq_len=512)
     launcher: Literal["in_process", "torchrun"] = "in_process"
     nproc: int = Field(2, ge=1, description="processes per stage under torchrun")
