@@ -152,10 +152,12 @@ class VLLMChatClient:
 
         A read waits a few milliseconds before it is sent, and every caller
         that arrives meanwhile shares it: 32 completions that finish together
-        cost one /weight_info call, not 32.
+        cost one /weight_info call, not 32. A read that failed is never reused:
+        the next caller asks again (the server may be back).
         """
         read = self._version_read
-        if read is None or (read.sent_at is not None and read.sent_at < since):
+        failed = read is not None and read.task.done() and read.task.exception() is not None
+        if read is None or failed or (read.sent_at is not None and read.sent_at < since):
             read = self._version_read = _VersionRead(self, self.version_read_delay_s)
         data = await asyncio.shield(read.task)
         version = str(data["weight_version"])

@@ -185,10 +185,17 @@ def _health_ok(root_url: str, timeout_s: float) -> bool:
 
 def stop_server_pid(pid: int, *, timeout_s: float = 20.0) -> bool:
     """SIGTERM the server's process group, SIGKILL it after `timeout_s`.
-    Returns False when nothing was running. Only that group is signalled."""
+    Returns False when the server itself was not running. Only that group is signalled."""
     try:
         pgid = os.getpgid(pid)
     except ProcessLookupError:
+        # The leader is gone (and reaped), but its engine-core / worker children may
+        # still run in its group; the kernel keeps a group's id from being reused as
+        # a pid while any member lives, so this reaches only those stragglers.
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
         return False
     if pgid != pid:  # not a group leader we started: signal the process alone
         pgid = None
@@ -234,14 +241,17 @@ def start_vllm_server(model_path: str | Path, cfg: VLLMServerConfig | None = Non
                                 env=env, start_new_session=True)
     server = VLLMServer(proc.pid, cfg.host, port, str(log_path), cfg.served_model_name, build, process=proc)
     deadline = time.monotonic() + cfg.startup_timeout_s
-    while not _health_ok(server.root_url, 2.0):
-        if not server.alive():
-            raise InferenceServerError(f"vLLM server for {model_path} exited with code {proc.poll()} "
-                                       f"during start-up; log {log_path}:\n{server.log_tail()}")
-        if time.monotonic() > deadline:
-            server.stop()
-            raise InferenceServerError(f"vLLM server on port {port} not healthy after "
-                                       f"{cfg.startup_timeout_s:.0f} s; log {log_path}:\n{server.log_tail()}")
-        time.sleep(0.5)
+    try:
+        while not _health_ok(server.root_url, 2.0):
+            if not server.alive():
+                raise InferenceServerError(f"vLLM server for {model_path} exited with code {proc.poll()} "
+                                           f"during start-up; log {log_path}:\n{server.log_tail()}")
+            if time.monotonic() > deadline:
+                raise InferenceServerError(f"vLLM server on port {port} not healthy after "
+                                           f"{cfg.startup_timeout_s:.0f} s; log {log_path}:\n{server.log_tail()}")
+            time.sleep(0.5)
+    except BaseException:  # incl. Ctrl-C / a cancelled task: the engine-core children of a dead
+        server.stop()      # API server can outlive it, and a retry must start clean
+        raise
     server.startup_seconds = time.perf_counter() - start
     return server, api_key

@@ -89,12 +89,13 @@ class VLLMPolicyPublisher:
 
     # ---- PolicyPublisher -------------------------------------------------
     def publish(self, state_dict: Mapping[str, Any], *, version: int) -> None:
-        names = list(state_dict)
-        tensors = [_plain(state_dict[n]) for n in names]
-        metas = [wire.TensorMeta(n, str(t.dtype).removeprefix("torch."), tuple(t.shape))
-                 for n, t in zip(names, tensors)]
+        plain = {n: _plain(t) for n, t in state_dict.items()}
         self.connect()
         assert self._schema is not None
+        plain = _without_tied_copies(plain, self._schema)
+        names, tensors = list(plain), list(plain.values())
+        metas = [wire.TensorMeta(n, str(t.dtype).removeprefix("torch."), tuple(t.shape))
+                 for n, t in zip(names, tensors)]
         problems = wire.schema_problems(metas, self._schema)
         if problems:
             raise WeightPushError(
@@ -125,8 +126,12 @@ class VLLMPolicyPublisher:
         except Exception as exc:
             if started:
                 self._abort()
+            # Only the gloo engine stages a whole push before touching the model;
+            # vLLM's NCCL engine reloads layer by layer, so a failed push may leave it half-updated.
+            outcome = ("no new weights were loaded" if self.transport.backend == wire.BACKEND else
+                       "the served weights may be partly updated: push again or restart the server")
             raise InferenceServerError(f"weight push of version {version} to {self.root_url} failed "
-                                       f"({type(exc).__name__}: {exc}); no new weights were loaded") from exc
+                                       f"({type(exc).__name__}: {exc}); {outcome}") from exc
         finally:
             if paused:
                 self._resume()
@@ -148,6 +153,27 @@ class VLLMPolicyPublisher:
     def close(self) -> None:
         self.transport.close()
         self.control.close()
+
+
+def _without_tied_copies(state: dict[str, torch.Tensor],
+                         schema: Mapping[str, tuple[str, tuple[int, ...]]]) -> dict[str, torch.Tensor]:
+    """Drop entries the served checkpoint does not have because they are tied to one it has.
+
+    With tie_word_embeddings (Qwen2.5, Llama-3.2, Gemma) `state_dict()` lists
+    `lm_head.weight` while save_pretrained, hence the served schema, stores only
+    the embedding; vLLM ties them itself. An unknown name is dropped only when
+    its values equal a same-shaped tensor that is in the schema, so a genuinely
+    unknown parameter is still refused by the schema check.
+    """
+    known = [t for n, t in state.items() if n in schema]
+    out = {}
+    for name, t in state.items():
+        if name not in schema and any(k.shape == t.shape and k.dtype == t.dtype and torch.equal(k, t)
+                                      for k in known):
+            log.debug("not pushing %s: a tied copy of a served parameter", name)
+            continue
+        out[name] = t
+    return out
 
 
 def _plain(t: Any) -> torch.Tensor:

@@ -142,6 +142,23 @@ def test_http_errors_are_named(stand_in):
         ControlClient(stand_in.url).post("/pause")
 
 
+def test_a_failed_version_read_is_not_reused(stand_in):
+    """The first read fails (server down or refusing); once the server answers,
+    the same client must ask again instead of re-raising the old error."""
+    stand_in.script = {"/weight_info": [(500, {"error": "starting"})] * 2 + [(200, {"weight_version": "2"})],
+                       "/v1/chat/completions": [(200, _completion())]}
+    client = VLLMChatClient(f"{stand_in.url}/v1")
+
+    async def until_up():
+        for _ in range(2):
+            with pytest.raises(InferenceServerError, match="answered 500"):
+                await client.complete(_req())
+        return await client.complete(_req())
+
+    resp, _ = asyncio.run(until_up())
+    assert resp.policy_version == 2
+
+
 def test_a_completion_that_straddles_a_push_is_sent_again(stand_in):
     # before: "4"; the push lands while the first request runs (after: "5");
     # the re-sent request sees "5" on both sides and is reported as version 5.

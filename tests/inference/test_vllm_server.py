@@ -70,3 +70,18 @@ def test_stop_ends_the_whole_process_group():
         time.sleep(0.05)
     assert not pid_alive(child)
     assert not stop_server_pid(leader.pid)  # already gone: nothing to do
+
+
+def test_stop_reaches_children_that_outlive_a_reaped_leader():
+    # the API server died (and was reaped) but its engine-core child still runs in its group
+    code = "import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); " \
+           "print(p.pid, flush=True)"
+    leader = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True)
+    child = int(leader.stdout.readline())
+    leader.wait(timeout=5)
+    assert pid_alive(child)
+    assert not stop_server_pid(leader.pid, timeout_s=5)  # the server itself was not running...
+    deadline = time.time() + 5
+    while pid_alive(child) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not pid_alive(child)  # ...but its straggler is gone
