@@ -136,18 +136,23 @@ def run_stage(spec: StageSpec, *, loggers: list | None = None) -> dict[str, Any]
         from ludic_core.logging import ConsoleLogger
 
         all_loggers.append(ConsoleLogger(spec.until_step, ("loss", "reward_mean"), type(spec.algorithm).__name__))
-    trainer = Trainer(model, algorithm, _source(spec, algorithm, tok, client), spec.trainer, tokenizer=tok,
-                      publisher=publisher, loggers=all_loggers, checkpoint_dir=spec.checkpoint_dir, ctx=ctx)
-    resumed_from = trainer.step if trainer.resume() else None
-    if spec.vllm is not None and publisher is not None:
-        trainer.publish()  # the server may hold other weights (fresh, restarted): serve the trainer's
-    history = trainer.train(spec.until_step)
-    path = latest_checkpoint(spec.checkpoint_dir)
-    if path is None or int(path.name.split("_")[-1]) != trainer.step:
-        path = trainer.save_checkpoint()
-    trainer.close()
-    if hasattr(publisher, "close"):
-        publisher.close()
+    try:
+        trainer = Trainer(model, algorithm, _source(spec, algorithm, tok, client), spec.trainer, tokenizer=tok,
+                          publisher=publisher, loggers=all_loggers, checkpoint_dir=spec.checkpoint_dir, ctx=ctx)
+        try:
+            resumed_from = trainer.step if trainer.resume() else None
+            if spec.vllm is not None and publisher is not None:
+                trainer.publish()  # the server may hold other weights (fresh, restarted): serve the trainer's
+            history = trainer.train(spec.until_step)
+            path = latest_checkpoint(spec.checkpoint_dir)
+            if path is None or int(path.name.split("_")[-1]) != trainer.step:
+                path = trainer.save_checkpoint()
+        finally:
+            trainer.close()
+    finally:
+        # a failed stage must not leak the weight-transfer group into the retry
+        if hasattr(publisher, "close"):
+            publisher.close()
     last = history[-1] if history else {}
     return {"checkpoint": str(path), "model_path": str(path / "model"), "step": trainer.step,
             "resumed_from": resumed_from, "steps_run": len(history),
