@@ -55,7 +55,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="runs/arith")
     ap.add_argument("--train-problems", type=int, default=4000)
-    ap.add_argument("--sft-steps", type=int, default=150)
+    ap.add_argument("--sft-steps", type=int, default=400)
     ap.add_argument("--rl-steps", type=int, default=30)
     ap.add_argument("--eval", type=int, default=300)
     args = ap.parse_args()
@@ -72,7 +72,7 @@ def main() -> None:
                               {"role": "assistant", "content": f"<answer>{gsm8k_target_parser(p['answer'])}</answer>"}]}
                 for p in generate_arithmetic_problems(args.train_problems, seed=TRAIN_SEED)]
     sft = Trainer(policy, make_sft(), OfflineBatchSource.from_chat_examples(examples, tok, batch_size=64),
-                  TrainerConfig(lr=3e-3, warmup_steps=10, schedule="cosine", total_steps=args.sft_steps),
+                  TrainerConfig(lr=2e-3, warmup_steps=10, schedule="cosine", total_steps=args.sft_steps),
                   tokenizer=tok, publisher=publisher, loggers=[ConsoleLogger(args.sft_steps, ("loss",), "SFT")])
     sft.train(args.sft_steps)
     sft.close()
@@ -84,7 +84,7 @@ def main() -> None:
         engine_for(client),
         lambda i: requests(8, problems=args.train_problems, seed=TRAIN_SEED, start=i * 8, temperature=1.0),
         grpo, max_steps=1, strategy=GRPORequestStrategy(8, seed=0))
-    rl = Trainer(policy, grpo, source, TrainerConfig(lr=5e-4), tokenizer=tok, publisher=publisher,
+    rl = Trainer(policy, grpo, source, TrainerConfig(lr=1e-4), tokenizer=tok, publisher=publisher,
                  loggers=[ConsoleLogger(args.rl_steps, ("loss", "reward_mean"), "GRPO")])
     rl.train(args.rl_steps)
     rl.close()

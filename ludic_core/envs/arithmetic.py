@@ -17,10 +17,8 @@ __all__ = ["generate_arithmetic_problems", "ArithmeticEnv", "ARITHMETIC_SYSPROMP
 
 Difficulty = Literal["easy", "medium", "hard"]
 _DIFFICULTIES = ("easy", "medium", "hard")
-ARITHMETIC_SYSPROMPT = (
-    "Solve the math problem. Give the final number inside <answer></answer>, "
-    "e.g. <answer>7</answer>."
-)
+# No example answer: small models copy "<answer>7</answer>" by induction.
+ARITHMETIC_SYSPROMPT = "Solve the math problem. Give the final number inside answer tags."
 
 _NAMES = ("Tom", "Sara", "Ali", "Mia", "Ben", "Lena", "Omar", "Ivy", "Sam", "Zoe", "Raj", "Ana")
 _OBJECTS = (
