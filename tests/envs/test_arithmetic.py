@@ -79,7 +79,8 @@ def test_bad_arguments():
 def test_arithmetic_env_grades_numerically():
     env = ArithmeticEnv(n=20, seed=5, difficulty="hard")
     assert isinstance(env, DatasetQAEnv)
-    assert "<answer>" in env.suggested_sysprompt
+    assert "answer tags" in env.suggested_sysprompt
+    assert not any(ch.isdigit() for ch in env.suggested_sysprompt)  # nothing to copy by induction
     problems = generate_arithmetic_problems(20, seed=5, difficulty="hard")
     obs, info = env.reset(seed=7)["agent_0"]
     assert obs == problems[7]["question"] and info["sample_index"] == 7
