@@ -21,6 +21,7 @@ from pydantic import Field, SecretStr
 
 from flows.common import FlowConfig
 from ludic_core.inference.vllm_server import VLLMServerConfig
+from ludic_core.publish.vllm import WeightPushError
 from ludic_core.training.stage import StageSpec, VLLMEndpoint
 from tasks.inference import ensure_server, start_server, stop_server
 from tasks.training import train_stage
@@ -69,6 +70,8 @@ def vllm_inference(settings: VLLMSettings, model_path: str, *, launcher: str,
                 state["server"] = ensure_server(state["server"], model_path, settings.server, SecretStr(key))
             try:
                 return train_stage.with_options(retries=0)(spec, launcher=launcher, nproc=nproc)
+            except WeightPushError:
+                raise  # a refused push (wrong shape, missing parameter) fails the same way every time
             except Exception as exc:
                 if attempt == settings.stage_attempts:
                     raise
