@@ -74,3 +74,41 @@ def test_killed_server_is_restarted_and_the_stage_resumes(prefect_api, format_tu
     logs = sorted((tmp_path / "vllm").glob("server-*.log"))
     assert logs and "Application startup complete" in logs[0].read_text()
     assert not _servers_of(model_dir) and not pid_alive(killed[0])  # restarted, then stopped at the end
+
+
+@pytest.mark.parametrize("error,calls", [("refused", 1), ("transient", 3)])
+def test_refused_pushes_fail_at_once_transient_failures_are_retried(prefect_api, monkeypatch, error, calls):
+    """Stage retry policy only (the stage itself is a stand-in): a WeightPushError is
+    deterministic, so retrying it would just burn two more full stage attempts."""
+    import flows.vllm_inference as vi
+    from prefect import flow
+
+    from blocks import InferenceEndpoint
+    from ludic_core.publish.vllm import WeightPushError
+    from ludic_core.training.stage import StageSpec
+
+    InferenceEndpoint(kind="vllm", base_url="http://127.0.0.1:9/v1", model_path="policy").save(
+        f"retry-{error}", overwrite=True)
+    attempts: list[int] = []
+
+    class _Stage:
+        def with_options(self, **_):
+            return self
+
+        def __call__(self, spec, **_):
+            attempts.append(spec.until_step)
+            raise WeightPushError("shape mismatch") if error == "refused" else ConnectionError("reset")
+
+    monkeypatch.setattr(vi, "train_stage", _Stage())
+    spec = StageSpec.model_validate({"model_path": "m", "checkpoint_dir": "c", "algorithm": {"type": "sft"},
+                                     "trainer": {}, "data": {"kind": "tic_tac_toe_rl"}, "until_step": 2})
+
+    @flow
+    def run() -> None:
+        with vi.vllm_inference(vi.VLLMSettings(endpoint_block=f"retry-{error}"), "m",
+                               launcher="in_process", nproc=1) as (_, run_one):
+            run_one(spec)
+
+    with pytest.raises(WeightPushError if error == "refused" else ConnectionError):
+        run()
+    assert attempts == [2] * calls
