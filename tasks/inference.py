@@ -34,7 +34,7 @@ def ensure_server(server: dict, model_path: str, cfg: VLLMServerConfig, api_key:
     """The same server if it answers /health, else a fresh one on the same port."""
     handle = VLLMServer(server["pid"], server["host"], server["port"], server["log_path"], server["model"],
                         server["build"])
-    if handle.healthy():
+    if handle.responsive():
         return server
     get_run_logger().warning("vLLM server pid %d at %s is gone; restarting it", server["pid"], server["base_url"])
     stop_server_pid(server["pid"])  # whatever is left of its process group

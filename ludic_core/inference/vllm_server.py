@@ -147,6 +147,18 @@ class VLLMServer:
     def healthy(self, timeout_s: float = 2.0) -> bool:
         return self.alive() and _health_ok(self.root_url, timeout_s)
 
+    def responsive(self, *, tries: int = 3, timeout_s: float = 5.0, pause_s: float = 1.0) -> bool:
+        """Healthy within a few probes. A live server busy decoding on 2 cores can
+        miss one short probe; restarting it for that would throw away a good server."""
+        for attempt in range(tries):
+            if not self.alive():
+                return False
+            if _health_ok(self.root_url, timeout_s):
+                return True
+            if attempt + 1 < tries:
+                time.sleep(pause_s)
+        return False
+
     def stop(self, timeout_s: float = 20.0) -> None:
         stop_server_pid(self.pid, timeout_s=timeout_s)
         if self.process is not None:

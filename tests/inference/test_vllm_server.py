@@ -85,3 +85,42 @@ def test_stop_reaches_children_that_outlive_a_reaped_leader():
     while pid_alive(child) and time.time() < deadline:
         time.sleep(0.05)
     assert not pid_alive(child)  # ...but its straggler is gone
+
+
+def test_a_busy_server_is_not_declared_dead_after_one_slow_probe():
+    """ensure_server restarts a server that is not `responsive()`: a live one that
+    misses one probe (busy decoding) must survive; a dead PID must not wait at all."""
+    import os
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from ludic_core.inference.vllm_server import VLLMServer
+
+    calls: list[float] = []
+
+    class Health(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            calls.append(time.monotonic())
+            if len(calls) == 1:
+                time.sleep(1.0)  # the first probe times out
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        live = VLLMServer(os.getpid(), "127.0.0.1", srv.server_address[1], "log", "policy", "cpu")
+        assert not live.healthy(timeout_s=0.3)  # one short probe would have called it dead
+        assert live.responsive(tries=3, timeout_s=0.3, pause_s=0.05)
+        assert len(calls) >= 2
+        dead = subprocess.Popen([sys.executable, "-c", "pass"])
+        dead.wait()
+        gone = VLLMServer(dead.pid, "127.0.0.1", srv.server_address[1], "log", "policy", "cpu")
+        t = time.monotonic()
+        assert not gone.responsive(tries=3, timeout_s=5.0, pause_s=1.0)
+        assert time.monotonic() - t < 0.5
+    finally:
+        srv.shutdown()
