@@ -68,6 +68,7 @@ class Agent:
         self.inference = inference
         self.model = model
         self.truncation_penalty = truncation_penalty
+        self._sampling_temperature: float | None = None
 
     # ------------------------------------------------------------ episode hooks
 
@@ -110,6 +111,8 @@ class Agent:
         if not messages:
             raise ValueError("Agent.act called with an empty context; call reset()/on_env_reset() first")
         sampling = spec.sampling
+        # recorded on the step: the trainer scores ratios at the temperature sampled at
+        self._sampling_temperature = sampling.temperature
         if sampling_seed is not None:
             sampling = sampling.model_copy(update={"seed": sampling_seed})
         request = ChatCompletionRequest(
@@ -150,5 +153,6 @@ class Agent:
             "finish_reason": response.finish_reason,
             "policy_version": response.policy_version,
             "truncated_completion": truncated,
+            "sampling_temperature": self._sampling_temperature,
         }
         return AgentAction(response.text, parse, response, traces, info)

@@ -125,8 +125,9 @@ def build_saw_batch(
                 counts["steps_without_trace"] += 1
             meta = {"rollout_id": r.id, "step_index": step.index, "group_id": r.meta.get("group_id"),
                     "reward": r.total_reward}
-            if r.meta.get("sampling_temperature") is not None:
-                meta["sampling_temperature"] = float(r.meta["sampling_temperature"])
+            temperature = step.info.get("sampling_temperature", r.meta.get("sampling_temperature"))
+            if temperature is not None:
+                meta["sampling_temperature"] = float(temperature)
             for trace in traces:
                 if not trace.completion_token_ids:
                     continue

@@ -158,3 +158,31 @@ def test_first_rl_step_ratio_is_one_at_any_sampling_temperature(tiny_model_dir, 
     m = trainer.train_step()
     assert abs(m["ratio_max"] - 1.0) < 1e-3 and abs(m["ratio_min"] - 1.0) < 1e-3, m
     assert m["clip_frac"] == 0.0
+
+
+def test_temperature_set_on_the_agent_is_recorded_per_step(tiny_model_dir):
+    """No per-request spec: the agent's own InferenceSpec decides the temperature,
+    and that is what must reach the trainer (not a guessed 1.0)."""
+    import asyncio
+
+    from ludic_core.agents import Agent
+    from ludic_core.batching.collate import collate_micro_batches
+    from ludic_core.batching.saw import build_saw_batch
+    from ludic_core.context import SlidingWindowContext
+    from ludic_core.envs import TicTacToeEnv
+    from ludic_core.inference import InferenceSpec, SamplingConfig
+    from ludic_core.interaction import SingleAgentSyncProtocol
+    from ludic_core.parsers import xml_tag_parser
+    from ludic_core.rollout import EnvSpec, ProtocolSpec, RolloutEngine, RolloutRequest
+
+    client = LocalChatClient(*load_model_and_tokenizer(tiny_model_dir))
+    spec = InferenceSpec(sampling=SamplingConfig(temperature=0.6, max_tokens=24))
+    engine = RolloutEngine({"t": TicTacToeEnv}, {"p": lambda: SingleAgentSyncProtocol(
+        Agent(client, parser=xml_tag_parser("move"), context=SlidingWindowContext(1), inference=spec))})
+    rollouts = asyncio.run(engine.generate_rollouts(
+        [RolloutRequest(env=EnvSpec(kind="t"), protocol=ProtocolSpec(kind="p"), env_seed=i, sampling_seed=i)
+         for i in range(3)], max_steps=9))
+    items = build_saw_batch(rollouts, [[1.0] * len(r.steps) for r in rollouts]).items
+    assert items and {it.meta["sampling_temperature"] for it in items} == {0.6}
+    mb = collate_micro_batches(items, micro_token_budget=8192, pad_id=0)[0]
+    assert torch.allclose(mb.temperatures, torch.full((len(mb.meta),), 0.6))
