@@ -142,7 +142,7 @@ class VLLMServer:
     def alive(self) -> bool:
         if self.process is not None:
             return self.process.poll() is None
-        return pid_alive(self.pid)
+        return pid_alive(self.pid) and _runs_vllm(self.pid)
 
     def healthy(self, timeout_s: float = 2.0) -> bool:
         return self.alive() and _health_ok(self.root_url, timeout_s)
@@ -195,9 +195,19 @@ def _health_ok(root_url: str, timeout_s: float) -> bool:
         return False
 
 
+def _runs_vllm(pid: int) -> bool:
+    """False when /proc shows `pid` running something other than vLLM: a saved PID
+    of a server that died long ago may belong to an unrelated process by now."""
+    try:
+        return b"vllm" in Path(f"/proc/{pid}/cmdline").read_bytes().lower()  # titles say "VLLM::..."
+    except OSError:  # gone, or no /proc here: callers handle "gone" themselves
+        return True
+
+
 def stop_server_pid(pid: int, *, timeout_s: float = 20.0) -> bool:
     """SIGTERM the server's process group, SIGKILL it after `timeout_s`.
-    Returns False when the server itself was not running. Only that group is signalled."""
+    Returns False when the server itself was not running (or the PID now belongs
+    to another program, which is left alone). Only that group is signalled."""
     try:
         pgid = os.getpgid(pid)
     except ProcessLookupError:
@@ -208,6 +218,8 @@ def stop_server_pid(pid: int, *, timeout_s: float = 20.0) -> bool:
             os.killpg(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        return False
+    if not _runs_vllm(pid):
         return False
     if pgid != pid:  # not a group leader we started: signal the process alone
         pgid = None

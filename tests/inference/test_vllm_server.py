@@ -59,7 +59,7 @@ def test_missing_environment_is_a_clear_error(tmp_path, tiny_model_dir):
 def test_stop_ends_the_whole_process_group():
     # a group leader with a child, like the API server and its engine-core process
     code = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); " \
-           "print(flush=True); time.sleep(60)"
+           "print(flush=True); time.sleep(60)  # vllm stand-in"
     leader = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True)
     leader.stdout.readline()
     child = int(subprocess.check_output(["pgrep", "-P", str(leader.pid)]).split()[0])
@@ -75,7 +75,7 @@ def test_stop_ends_the_whole_process_group():
 def test_stop_reaches_children_that_outlive_a_reaped_leader():
     # the API server died (and was reaped) but its engine-core child still runs in its group
     code = "import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); " \
-           "print(p.pid, flush=True)"
+           "print(p.pid, flush=True)  # vllm stand-in"
     leader = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True)
     child = int(leader.stdout.readline())
     leader.wait(timeout=5)
@@ -90,7 +90,6 @@ def test_stop_reaches_children_that_outlive_a_reaped_leader():
 def test_a_busy_server_is_not_declared_dead_after_one_slow_probe():
     """ensure_server restarts a server that is not `responsive()`: a live one that
     misses one probe (busy decoding) must survive; a dead PID must not wait at all."""
-    import os
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -112,7 +111,8 @@ def test_a_busy_server_is_not_declared_dead_after_one_slow_probe():
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Health)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
-        live = VLLMServer(os.getpid(), "127.0.0.1", srv.server_address[1], "log", "policy", "cpu")
+        busy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)  # vllm stand-in"])
+        live = VLLMServer(busy.pid, "127.0.0.1", srv.server_address[1], "log", "policy", "cpu")
         assert not live.healthy(timeout_s=0.3)  # one short probe would have called it dead
         assert live.responsive(tries=3, timeout_s=0.3, pause_s=0.05)
         assert len(calls) >= 2
@@ -124,3 +124,19 @@ def test_a_busy_server_is_not_declared_dead_after_one_slow_probe():
         assert time.monotonic() - t < 0.5
     finally:
         srv.shutdown()
+        busy.kill()
+        busy.wait()
+
+
+def test_a_reused_pid_is_never_signalled():
+    """The saved PID of a server that died long ago may now be someone else's."""
+    from ludic_core.inference.vllm_server import VLLMServer
+
+    other = subprocess.Popen(["sleep", "60"], start_new_session=True)  # a group leader, like a server
+    try:
+        assert not VLLMServer(other.pid, "127.0.0.1", 9, "log", "policy", "cpu").alive()
+        assert not stop_server_pid(other.pid, timeout_s=1)
+        assert other.poll() is None  # left alone
+    finally:
+        other.kill()
+        other.wait()
