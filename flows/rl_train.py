@@ -12,7 +12,7 @@ from pydantic import Field
 from flows.common import FlowConfig
 from flows.staging import run_stages
 from flows.vllm_inference import VLLMSettings, vllm_inference
-from ludic_core.config import AlgorithmConfig, GRPOConfig, TrainerConfig
+from ludic_core.config import AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig
 from ludic_core.training.stage import StageSpec, TicTacToeRLData
 from tasks.artifacts import learning_curve_artifact, table_artifact
 from tasks.evaluation import evaluate_policy
@@ -29,6 +29,8 @@ class RLTrainConfig(FlowConfig):
     inference: Literal["local", "vllm"] = Field(
         "local", description="local = in-process LocalChatClient (no server); vllm = a vLLM server, see `vllm`")
     vllm: VLLMSettings = Field(VLLMSettings(), description="the vLLM server (inference: vllm only)")
+    local: LocalInferenceConfig = Field(
+        LocalInferenceConfig(), description="the in-process engine: rollouts (inference: local) and evaluation")
     eval_games: int = Field(100, ge=0, description="greedy games per mark after each stage (0 = off)")
     launcher: Literal["in_process", "torchrun"] = "in_process"
     nproc: int = Field(2, ge=1)
@@ -44,7 +46,8 @@ def rl_train(cfg: RLTrainConfig) -> str:
     with serving as (endpoint, run_one):
         spec = StageSpec(model_path=cfg.model_path, checkpoint_dir=f"{cfg.out_dir}/checkpoints",
                          algorithm=cfg.algorithm, trainer=cfg.trainer, data=cfg.data, until_step=cfg.steps,
-                         metrics_path=f"{cfg.out_dir}/metrics.jsonl", progress_bar=cfg.progress_bar, vllm=endpoint)
+                         metrics_path=f"{cfg.out_dir}/metrics.jsonl", progress_bar=cfg.progress_bar, vllm=endpoint,
+                         local=cfg.local)
         return _train_and_evaluate(cfg, spec, run_one)
 
 
@@ -54,7 +57,7 @@ def _train_and_evaluate(cfg: RLTrainConfig, spec: StageSpec, run_one) -> str:
         result = run_stages(spec, total_steps=target, steps_per_stage=cfg.steps_per_stage,
                             launcher=cfg.launcher, nproc=cfg.nproc, title=f"RL to step {target}", run_one=run_one)
         if cfg.eval_games:
-            m = evaluate_policy(result["model_path"], games_per_mark=cfg.eval_games)
+            m = evaluate_policy(result["model_path"], games_per_mark=cfg.eval_games, local=cfg.local)
             evals.append({"step": result["step"], **{k: round(v, 3) for k, v in m.items() if "rate" in k}})
             get_run_logger().info("eval at step %d: X win+draw %.3f, O win+draw %.3f",
                                   result["step"], m["X/win_draw_rate"], m["O/win_draw_rate"])

@@ -23,7 +23,13 @@ __all__ = [
     "AlgorithmConfig",
     "LoRAConfig",
     "TrainerConfig",
+    "LocalInferenceConfig",
 ]
+
+# Mirrors ludic_core.device (which imports torch; configs must not).
+_DEVICE_PATTERN = r"^(auto|cpu|cuda(:\d+)?)$"
+_DEVICE_DOC = "auto (CUDA when present, else CPU) | cpu | cuda | cuda:N"
+DType = Literal["auto", "float32", "bfloat16", "float16"]
 
 
 class _Config(BaseModel):
@@ -122,7 +128,12 @@ class TrainerConfig(_Config):
     max_seq_len: int = Field(1024, ge=2)
     overlong: Literal["error", "drop"] = Field("error", description="items longer than max_seq_len")
     grad_checkpointing: bool = False
-    bf16: bool = Field(False, description="bf16 autocast for forward/backward")
+    device: str = Field("auto", pattern=_DEVICE_PATTERN, description=_DEVICE_DOC + "; torchrun ranks use their local GPU")
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description="compute precision: float32, or bfloat16 autocast over fp32 master weights; "
+                            "auto = bfloat16 on a GPU, float32 on the CPU")
+    logprob_chunk_tokens: int = Field(
+        4096, ge=1, description="positions per chunk when scoring tokens (bounds the fp32 [tokens, vocab] buffer)")
     lora: LoRAConfig | None = None
     max_lag: int | None = Field(None, ge=0, description="drop items this many versions stale")
     sync_every_steps: int = Field(1, ge=1, description="publish weights every N steps")
@@ -135,3 +146,11 @@ class TrainerConfig(_Config):
         if self.schedule != "constant" and self.total_steps is None:
             raise ValueError(f"schedule={self.schedule!r} needs total_steps")
         return self
+
+
+class LocalInferenceConfig(_Config):
+    """The in-process inference engine (`LocalChatClient`): where it decodes."""
+
+    device: str = Field("auto", pattern=_DEVICE_PATTERN, description=_DEVICE_DOC)
+    dtype: DType = Field("auto", description="weights' dtype: auto = bfloat16 on a GPU, float32 on the CPU")
+    max_batch_size: int = Field(64, ge=1, description="requests decoded together in one batch")

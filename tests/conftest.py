@@ -1,8 +1,62 @@
-"""Shared fixtures: one tiny offline model per test session."""
+"""Shared fixtures: one tiny offline model per test session; the device the suite runs on.
+
+`pytest` runs everything on the CPU; `pytest --device cuda` (or
+LUDIC_TEST_DEVICE=cuda) runs the same tests on the GPU: the option sets
+LUDIC_DEVICE, which is what every `device: auto` in the library (and in the
+subprocesses tests start: stages, torchrun ranks, flows) resolves to. Tests
+marked `gpu` run only when CUDA is present.
+"""
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+
+def pytest_addoption(parser):
+    parser.addoption("--device", choices=("cpu", "cuda"), default=None,
+                     help="device for `auto` everywhere in the suite (default: cpu, or $LUDIC_TEST_DEVICE)")
+
+
+def pytest_configure(config):
+    device = config.getoption("--device") or os.environ.get("LUDIC_TEST_DEVICE") or "cpu"
+    if device == "cuda":
+        from ludic_core.device import cuda_available
+
+        if not cuda_available():
+            raise pytest.UsageError("--device cuda: torch sees no CUDA GPU on this machine")
+    os.environ["LUDIC_DEVICE"] = device
+
+
+def pytest_collection_modifyitems(config, items):
+    from ludic_core.device import cuda_available
+
+    if cuda_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (marker gpu)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def rank_device():
+    """What the 2 torchrun ranks of a test use: a GPU each under `--device cuda`
+    when there are two, else CPU ranks over gloo (one GPU cannot hold 2 NCCL ranks)."""
+    import torch
+
+    if os.environ.get("LUDIC_DEVICE") == "cuda" and torch.cuda.device_count() >= 2:
+        return "cuda"
+    return "cpu"
+
+
+@pytest.fixture(scope="session")
+def device():
+    """The torch device this run of the suite tests on (see the module docstring)."""
+    import torch
+
+    return torch.device(os.environ["LUDIC_DEVICE"])
 
 
 @pytest.fixture(scope="session")
@@ -129,7 +183,7 @@ def teacher_logprobs():
     import torch
 
     def compute(model, resp, temperature: float, top_p: float = 1.0) -> list[float]:
-        ids = torch.tensor([resp.prompt_token_ids + resp.completion_token_ids])
+        ids = torch.tensor([resp.prompt_token_ids + resp.completion_token_ids], device=model.device)
         with torch.no_grad():
             logits = model(ids).logits[0].float()
         logp = torch.log_softmax(logits / (temperature or 1.0), dim=-1)

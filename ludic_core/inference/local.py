@@ -24,6 +24,7 @@ from typing import Any, Mapping
 
 import torch
 
+from ludic_core.device import model_device, place_model, resolve_dtype
 from ludic_core.inference.batch_decoder import BatchDecoder, Generation
 from ludic_core.inference.errors import ContextLengthError
 from ludic_core.inference.sampling import ChatCompletionRequest
@@ -42,18 +43,29 @@ class LocalChatClient:
         model: Any,
         tokenizer: Any | None = None,
         *,
-        dtype: str = "float32",
-        device: str = "cpu",
+        device: str = "auto",
+        dtype: str = "auto",
         max_batch_size: int = 64,
         policy_version: int = 0,
     ) -> None:
+        """`model`: an HF model directory, or a model object with its `tokenizer`.
+
+        device / dtype are `ludic_core.device` specs: `auto` decodes on the GPU
+        when there is one (bf16 there, fp32 on the CPU). A model object already
+        on a GPU stays there under `auto`; its dtype changes only when `dtype`
+        names one.
+        """
         if isinstance(model, (str, Path)):
             from ludic_core.models.loading import load_model_and_tokenizer
 
             model, loaded_tok = load_model_and_tokenizer(model, dtype=dtype, device=device)
             tokenizer = tokenizer or loaded_tok
-        if tokenizer is None:
+        elif tokenizer is None:
             raise ValueError("a tokenizer is required when passing a model object")
+        else:
+            model, _ = place_model(model, device)
+            if dtype != "auto":
+                model = model.to(resolve_dtype(dtype, model_device(model)))
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         self.model = model.eval()

@@ -25,12 +25,15 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ludic_core.device import resolve_device
+
 __all__ = [
     "DistContext",
     "all_gather_json",
     "all_reduce_sum",
     "barrier",
     "broadcast_object_json",
+    "check_ranks_fit_gpus",
     "cleanup",
     "full_state_dict",
     "init_distributed",
@@ -67,41 +70,46 @@ _CREATED_GROUP = False
 _CONTEXT: DistContext | None = None
 
 
-def _cuda_available() -> bool:
-    try:
-        return torch.cuda.is_available()
-    except Exception:  # a broken CUDA install must not stop CPU training
-        return False
-
-
-def init_distributed() -> DistContext:
+def init_distributed(device: str = "auto") -> DistContext:
     """Join the torchrun job when `WORLD_SIZE` > 1, else return a one-process context.
 
-    NCCL on CUDA, gloo otherwise, so CPU-only machines never touch NCCL.
-    Calling it again returns the same context.
+    `device` is a `ludic_core.device` spec. Under torchrun every rank binds to
+    its local GPU (`cuda:LOCAL_RANK`, NCCL); with `device: cpu`, or no GPU, the
+    ranks run on the CPU over gloo, so CPU-only machines never touch NCCL.
+    Calling it again under torchrun returns the same context.
     """
     global _CREATED_GROUP, _CONTEXT
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return DistContext(rank=0, world_size=1, local_rank=0, device=resolve_device(device))
     if _CONTEXT is not None:
         return _CONTEXT
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    cuda = _cuda_available()
-    if cuda:
-        if world > 1:
-            torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", torch.cuda.current_device())
-    else:
-        device = torch.device("cpu")
-    if world > 1:
-        if not dist.is_initialized():
-            dist.init_process_group(backend="nccl" if cuda else "gloo")
-            _CREATED_GROUP = True
-        rank, world = dist.get_rank(), dist.get_world_size()
-    else:
-        rank, world, local_rank = 0, 1, 0
-    _CONTEXT = DistContext(rank=rank, world_size=world, local_rank=local_rank, device=device)
+    dev = _rank_device(device, local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", str(world))))
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
+        _CREATED_GROUP = True
+    _CONTEXT = DistContext(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local_rank, device=dev)
     return _CONTEXT
+
+
+def check_ranks_fit_gpus(ranks: int, gpus: int) -> None:
+    """One GPU per rank (NCCL cannot put two ranks on one GPU): a clear error naming both numbers."""
+    if ranks > gpus:
+        raise ValueError(f"torchrun started {ranks} ranks on this machine but {gpus} GPU(s) are visible: "
+                         f"use --nproc_per_node <= {gpus}, or device: cpu to train on CPU ranks over gloo")
+
+
+def _rank_device(spec: str, local_rank: int, local_world: int) -> torch.device:
+    """This rank's device: its local GPU, or the CPU (see `init_distributed`)."""
+    if spec.startswith("cuda:"):
+        raise ValueError(f"device {spec!r} names one GPU, but under torchrun each rank uses its local GPU "
+                         "(cuda:LOCAL_RANK): set device to cuda or auto")
+    if resolve_device(spec).type == "cpu":
+        return torch.device("cpu")
+    check_ranks_fit_gpus(local_world, torch.cuda.device_count())
+    torch.cuda.set_device(local_rank)
+    return torch.device("cuda", local_rank)
 
 
 def cleanup(ctx: DistContext) -> None:

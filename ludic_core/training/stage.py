@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ludic_core.config import AlgorithmConfig, TrainerConfig
+from ludic_core.config import AlgorithmConfig, LocalInferenceConfig, TrainerConfig
 
 __all__ = ["DatasetData", "TicTacToeRLData", "VLLMEndpoint", "StageSpec", "run_stage", "main"]
 
@@ -70,6 +70,7 @@ class StageSpec(_Spec):
     metrics_path: str | None = None
     progress_bar: bool = Field(False, description="a console progress bar (rank 0)")
     vllm: VLLMEndpoint | None = Field(None, description="None = in-process LocalChatClient")
+    local: LocalInferenceConfig = Field(LocalInferenceConfig(), description="the in-process LocalChatClient")
 
 
 def _source(spec: StageSpec, algorithm: Any, tokenizer: Any, client: Any) -> Any:
@@ -98,7 +99,7 @@ def _inference(spec: StageSpec, serve_from: str) -> tuple[Any, Any]:
         from ludic_core.inference import LocalChatClient
         from ludic_core.publish import InProcessPublisher
 
-        client = LocalChatClient(serve_from)
+        client = LocalChatClient(serve_from, **spec.local.model_dump())
         return client, InProcessPublisher(client)
     import os
 
@@ -120,7 +121,7 @@ def run_stage(spec: StageSpec, *, loggers: list | None = None) -> dict[str, Any]
     from ludic_core.training.distributed import init_distributed
     from ludic_core.training.trainer import Trainer
 
-    ctx = init_distributed()
+    ctx = init_distributed(spec.trainer.device)
     latest = latest_checkpoint(spec.checkpoint_dir)
     # Rollouts are generated from the newest weights: the latest checkpoint's, else the initial model.
     serve_from = str(latest / "model") if latest else spec.model_path

@@ -11,6 +11,8 @@ with FSDP2 (gradient sync only on the last micro-batch; rank 0 publishes).
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import logging
 import math
 import random
@@ -23,6 +25,7 @@ import torch
 from ludic_core.batching.collate import MicroBatch, collate_micro_batches, padding_waste
 from ludic_core.batching.saw import SAWBatch, SAWItem
 from ludic_core.config import TrainerConfig
+from ludic_core.device import place_model, resolve_dtype
 from ludic_core.losses import LossInputs, token_entropy, token_logprobs
 from ludic_core.training import distributed as dist_utils
 from ludic_core.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -51,7 +54,7 @@ class Trainer:
         ctx: dist_utils.DistContext | None = None,
     ) -> None:
         self.cfg = config
-        self.ctx = ctx or dist_utils.init_distributed()
+        self.ctx = ctx or dist_utils.init_distributed(config.device)
         torch.manual_seed(config.seed)
         random.seed(config.seed)
         if config.lora is not None:
@@ -59,8 +62,13 @@ class Trainer:
         if config.grad_checkpointing:
             model.gradient_checkpointing_enable()
             model.config.use_cache = False
+        if not self.ctx.is_distributed:  # one process: this is where the model meets its device
+            model, device = place_model(model, config.device)
+            self.ctx = dataclasses.replace(self.ctx, device=device)
         self.model = dist_utils.shard_model(model, self.ctx)
         self.model.train()
+        self.compute_dtype = resolve_dtype(config.dtype, self.ctx.device)
+        self._keeps_logits = _accepts_logits_to_keep(self.model)
         self.algorithm = algorithm
         self.source = source
         self.tokenizer = tokenizer
@@ -121,24 +129,35 @@ class Trainer:
 
     def _forward_loss(self, mb: MicroBatch, totals: dict[str, float]) -> tuple[torch.Tensor, dict[str, float]]:
         device = self.ctx.device
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16):
-            logits = self.model(input_ids=mb.input_ids.to(device),
-                                attention_mask=mb.attention_mask.to(device)).logits
+        # Only positions that score an action token need logits: start at the first
+        # one any row has (decided on the host, from the CPU micro-batch).
+        acting = mb.action_mask[:, 1:].sum(0).nonzero()
+        start = int(acting[0]) if len(acting) else 0
+        ids = mb.input_ids.to(device)
+        kwargs = {"logits_to_keep": ids.shape[1] - start} if self._keeps_logits and start else {}
+        with torch.autocast(device.type, dtype=self.compute_dtype, enabled=self.compute_dtype != torch.float32):
+            logits = self.model(input_ids=ids, attention_mask=mb.attention_mask.to(device), **kwargs).logits
+        logits = logits[:, -(ids.shape[1] - start):]  # models that ignore logits_to_keep
+        temps = None
         if mb.temperatures is not None and getattr(self.algorithm, "requires_actor_logprobs", False):
             # actor log-probs are of softmax(logits / T): compare like with like
             # (top-p renormalisation is not replayed: keep top_p=1 for ratio losses)
-            temps = mb.temperatures.to(device)
-            if bool((temps != 1.0).any()):
-                logits = logits / temps[:, None, None]
+            if bool((mb.temperatures != 1.0).any()):
+                temps = mb.temperatures
         loss_fn = self.algorithm.loss
+        entropy = None
+        if getattr(loss_fn, "needs_entropy", False):
+            scaled = logits if temps is None else logits / temps.to(device)[:, None, None]
+            entropy = token_entropy(scaled[:, :-1])
         inputs = LossInputs(
-            logprobs=token_logprobs(logits, mb.input_ids.to(device)),
-            old_logprobs=mb.actor_logprobs[:, 1:].to(device),
-            mask=mb.action_mask[:, 1:].to(device),
+            logprobs=token_logprobs(logits, ids[:, start:], temperatures=temps,
+                                    chunk_tokens=self.cfg.logprob_chunk_tokens),
+            old_logprobs=mb.actor_logprobs[:, start + 1:].to(device),
+            mask=mb.action_mask[:, start + 1:].to(device),
             advantages=mb.weights.to(device),
             num_tokens=totals["tokens"],
             num_sequences=totals["sequences"],
-            entropy=token_entropy(logits[:, :-1]) if getattr(loss_fn, "needs_entropy", False) else None,
+            entropy=entropy,
             batch_mean_advantage=totals["mean_weight"],
         )
         out = loss_fn(inputs)
@@ -216,9 +235,17 @@ class Trainer:
 
     # ---- publishing, checkpoints, loop -------------------------------------------
     def full_weights(self) -> dict[str, torch.Tensor]:
-        """Full HF-named weights (LoRA merged); materialised on rank 0."""
+        """Full HF-named weights (LoRA merged); materialised on rank 0.
+
+        In one process these are detached views of the live weights, on the
+        model's device (no host round trip per publish on a GPU): publishers
+        copy what they need before `publish` returns, and nothing trains
+        meanwhile. Clone them to keep a snapshot.
+        """
         if is_lora(self.model):
             return merged_state_dict(self.model)
+        if not self.ctx.is_distributed:
+            return {k: v.detach() for k, v in self.model.state_dict().items()}
         return dist_utils.full_state_dict(self.model, self.ctx)
 
     def publish(self) -> None:
@@ -272,6 +299,15 @@ def _all_reduce_max(n: int, ctx: dist_utils.DistContext) -> int:
     t = torch.tensor([n], dtype=torch.long, device=ctx.device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return int(t.item())
+
+
+def _accepts_logits_to_keep(model: Any) -> bool:
+    """HF causal LMs take `logits_to_keep` (logits for the last k positions only)."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+    return "logits_to_keep" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 def _is_pad(mb: MicroBatch) -> bool:

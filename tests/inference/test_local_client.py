@@ -10,7 +10,7 @@ from ludic_core.inference import ChatCompletionRequest, ContextLengthError, Loca
 
 @pytest.fixture(scope="module")
 def client(tiny_model_dir):
-    return LocalChatClient(tiny_model_dir)
+    return LocalChatClient(tiny_model_dir, dtype="float32")  # exact log-probs on any device
 
 
 def _req(text: str, **sampling) -> ChatCompletionRequest:
@@ -20,7 +20,7 @@ def _req(text: str, **sampling) -> ChatCompletionRequest:
 
 
 def _teacher_forced(model, resp, temperature: float, top_p: float = 1.0) -> list[float]:
-    ids = torch.tensor([resp.prompt_token_ids + resp.completion_token_ids])
+    ids = torch.tensor([resp.prompt_token_ids + resp.completion_token_ids], device=model.device)
     with torch.no_grad():
         logits = model(ids).logits[0].float()
     logp = torch.log_softmax(logits / temperature, dim=-1)
@@ -122,7 +122,7 @@ def test_sync_weights_changes_outputs_and_version(tiny_model_dir):
     after, _ = asyncio.run(c.complete(_req("weights", temperature=0.0, max_tokens=12)))
     assert after.policy_version == 1
     assert after.completion_token_ids != before.completion_token_ids
-    assert torch.equal(c.model.state_dict()["lm_head.weight"], new["lm_head.weight"])
+    assert torch.equal(c.model.state_dict()["lm_head.weight"], new["lm_head.weight"].to(c.model.device))
 
 
 def test_sync_weights_refuses_bad_shape_and_unknown_name_atomically(tiny_model_dir):

@@ -19,7 +19,7 @@ model_dir, ckpt, until = sys.argv[1], sys.argv[2], int(sys.argv[3])
 model, tok = load_model_and_tokenizer(model_dir)
 kept, _ = keep_by_reward(teacher_rollouts(tok, games=16, seed=5), min_reward=0.5)
 source = OfflineBatchSource(make_sft().prepare(kept).items, batch_size=6, seed=0)
-trainer = Trainer(model, make_sft(), source, TrainerConfig(lr=3e-3, checkpoint_every=1, warmup_steps=2),
+trainer = Trainer(model, make_sft(), source, TrainerConfig(lr=3e-3, checkpoint_every=1, warmup_steps=2, dtype="float32"),
                   tokenizer=tok, checkpoint_dir=ckpt)
 if trainer.resume():
     print(f"resumed at step {trainer.step}", flush=True)

@@ -19,6 +19,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from ludic_core.device import resolve_device
 from ludic_core.training.checkpoint import load_model_weights, save_checkpoint
 from ludic_core.training.distributed import (
     DistContext,
@@ -44,8 +45,8 @@ def _worker_module():
     return module
 
 
-def _torchrun(*args: str) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+def _torchrun(*args: str, device: str = "cpu") -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "LUDIC_DEVICE": device}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(WORKER), *args]
     proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, f"torchrun failed:\n{(proc.stdout + proc.stderr)[-20000:]}"
@@ -69,8 +70,9 @@ def _assert_optimizer_matches(model, opt, saved: Path, step: int) -> None:
 
 def test_single_process_helpers_are_no_ops():
     ctx = init_distributed()
-    assert ctx == DistContext(0, 1, 0, torch.device("cpu")) and ctx.is_main and not ctx.is_distributed
-    assert init_distributed() is ctx
+    assert ctx == DistContext(0, 1, 0, resolve_device("auto")) and ctx.is_main and not ctx.is_distributed
+    assert init_distributed() == ctx
+    assert init_distributed("cpu").device == torch.device("cpu")
     assert all_reduce_sum(2.5, ctx) == 2.5
     assert broadcast_object_json({"a": [1, "x"]}, ctx) == {"a": [1, "x"]}
     assert all_gather_json({"r": 0}, ctx) == [{"r": 0}]
@@ -90,8 +92,8 @@ def test_shard_batch_is_contiguous_and_balanced():
 
 
 @pytest.mark.slow
-def test_fsdp2_two_ranks_match_one_process(tiny_model_dir, tmp_path):
-    _torchrun("train", str(tiny_model_dir), str(tmp_path / "fsdp"))
+def test_fsdp2_two_ranks_match_one_process(tiny_model_dir, tmp_path, rank_device):
+    _torchrun("train", str(tiny_model_dir), str(tmp_path / "fsdp"), device=rank_device)
     saved = tmp_path / "fsdp" / "step_00000002"
     w = _worker_module()
     ctx = init_distributed()
@@ -109,14 +111,14 @@ def test_fsdp2_two_ranks_match_one_process(tiny_model_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_one_process_checkpoint_resumes_on_two_ranks(tiny_model_dir, tmp_path):
+def test_one_process_checkpoint_resumes_on_two_ranks(tiny_model_dir, tmp_path, rank_device):
     w = _worker_module()
     ctx = init_distributed()
     model, opt, sched = w.make_training(tiny_model_dir, ctx)
     w.train_steps(model, opt, sched, ctx, range(2))
     save_checkpoint(tmp_path / "single", 2, model=model, optimizer=opt, scheduler=sched, ctx=ctx)
 
-    _torchrun("resume", str(tiny_model_dir), str(tmp_path / "fsdp"), str(tmp_path / "single"))
+    _torchrun("resume", str(tiny_model_dir), str(tmp_path / "fsdp"), str(tmp_path / "single"), device=rank_device)
     w.train_steps(model, opt, sched, ctx, range(2, 3))
     saved = tmp_path / "fsdp" / "step_00000003"
     diff = _max_diff(model.state_dict(), load_model_weights(saved))

@@ -29,7 +29,7 @@ def sft_items(tiny_model_and_tokenizer):
 
 def _trainer(model_dir, items, **cfg) -> Trainer:
     model, tok = load_model_and_tokenizer(model_dir)
-    cfg = {"lr": 3e-3, "micro_token_budget": 8192, "max_seq_len": 512, **cfg}
+    cfg = {"lr": 3e-3, "micro_token_budget": 8192, "max_seq_len": 512, "dtype": "float32", **cfg}
     return Trainer(model, make_sft(), OfflineBatchSource(items, batch_size=8, seed=0),
                    TrainerConfig(**cfg), tokenizer=tok)
 
@@ -39,7 +39,7 @@ def _weights(trainer: Trainer) -> dict[str, torch.Tensor]:
 
 
 def _max_diff(a, b) -> float:
-    return max(float((a[k] - b[k]).abs().max()) for k in a)
+    return max(float((a[k].cpu() - b[k].cpu()).abs().max()) for k in a)
 
 
 def test_sft_loss_goes_down(tiny_model_dir, sft_items):
@@ -111,7 +111,7 @@ def test_lora_trains_adapters_and_publishes_merged_weights(tiny_model_dir, sft_i
     merged = tr.full_weights()
     assert set(merged) == set(base.state_dict())
     assert _max_diff(merged, base.state_dict()) > 1e-4  # q/k/v/o changed through the adapters
-    assert torch.equal(merged["lm_head.weight"], base.state_dict()["lm_head.weight"])  # frozen
+    assert torch.equal(merged["lm_head.weight"].cpu(), base.state_dict()["lm_head.weight"])  # frozen
 
 
 @pytest.mark.slow
@@ -186,3 +186,48 @@ def test_temperature_set_on_the_agent_is_recorded_per_step(tiny_model_dir):
     assert items and {it.meta["sampling_temperature"] for it in items} == {0.6}
     mb = collate_micro_batches(items, micro_token_budget=8192, pad_id=0)[0]
     assert torch.allclose(mb.temperatures, torch.full((len(mb.meta),), 0.6))
+
+
+def test_lean_logprobs_give_the_full_vocab_loss_and_gradient(tiny_model_dir, device):
+    """The trainer scores only positions from the first action on (`logits_to_keep`), in
+    chunks, at each row's sampling temperature: the loss and the gradient must equal the
+    plain formula over every position (a full fp32 log-softmax of logits / T)."""
+    from ludic_core.batching.collate import collate_micro_batches
+    from ludic_core.batching.saw import SAWItem
+    from ludic_core.losses import LossInputs
+
+    model, tok = load_model_and_tokenizer(tiny_model_dir)
+    g = torch.Generator().manual_seed(0)
+    items = []
+    for prompt, completion, temp, adv in ((40, 9, 0.7, 1.0), (55, 5, 0.5, -0.5), (47, 12, 1.0, 0.25)):
+        n = prompt + completion
+        ids = torch.randint(4, 200, (n,), generator=g).tolist()
+        lps = [0.0] * prompt + (-torch.rand(completion, generator=g) * 4).tolist()
+        items.append(SAWItem(ids, [1] * n, [0] * prompt + [1] * completion, adv,
+                             {"sampling_temperature": temp}, actor_logprobs=lps))
+    grpo = make_grpo()
+    tr = Trainer(model, grpo, None, TrainerConfig(dtype="float32", logprob_chunk_tokens=7), tokenizer=tok)
+    mb = collate_micro_batches(items, micro_token_budget=10**6, pad_id=tr.pad_id)[0]
+    totals = {"tokens": mb.action_tokens, "sequences": 3.0, "mean_weight": float(mb.weights.mean())}
+    widths = []
+    hook = tr.model.lm_head.register_forward_hook(lambda m, inp, out: widths.append(inp[0].shape[1]))
+    loss, _ = tr._forward_loss(mb, totals)
+    hook.remove()
+    assert widths == [mb.input_ids.shape[1] - 39]  # logits from position 39 (first action - 1) on
+    loss.backward()
+    lean = {n: p.grad.clone() for n, p in tr.model.named_parameters()}
+    tr.model.zero_grad()
+
+    dev = tr.ctx.device
+    logits = tr.model(input_ids=mb.input_ids.to(dev), attention_mask=mb.attention_mask.to(dev)).logits
+    z = torch.log_softmax(logits.float() / mb.temperatures.to(dev)[:, None, None], dim=-1)
+    logp = z[:, :-1].gather(-1, mb.input_ids.to(dev)[:, 1:, None]).squeeze(-1)
+    ref = grpo.loss(LossInputs(logprobs=logp, old_logprobs=mb.actor_logprobs[:, 1:].to(dev),
+                               mask=mb.action_mask[:, 1:].to(dev), advantages=mb.weights.to(dev),
+                               num_tokens=totals["tokens"], num_sequences=3.0,
+                               batch_mean_advantage=totals["mean_weight"])).loss
+    ref.backward()
+    assert float(loss.detach()) == pytest.approx(float(ref.detach()), abs=1e-6) and abs(float(ref.detach())) > 1e-3
+    assert float(tr.model.lm_head.weight.grad.abs().max()) > 1e-4
+    for n, p in tr.model.named_parameters():
+        assert torch.allclose(lean[n], p.grad, atol=1e-6), n
