@@ -5,6 +5,10 @@ temperature / top-p / seed / stop strings in one batch, (b) log-probs of the
 distribution actually sampled from (`generate`'s scores are post-processed,
 e.g. by min_new_tokens), and (c) less per-step overhead. Finished rows are
 dropped from the batch (and the KV cache) as they finish.
+
+Decoding stays on the model's device: logits, sampling and log-probs never
+leave it; each step moves only the B chosen token ids to the host (eos and
+stop strings are checked there), and the log-probs come back once per batch.
 """
 
 from __future__ import annotations
@@ -15,8 +19,9 @@ from typing import Any, Sequence
 
 import torch
 
+from ludic_core.device import model_device
 from ludic_core.inference.sampling import SamplingConfig
-from ludic_core.inference.token_sampler import sample_tokens
+from ludic_core.inference.token_sampler import sample_tokens, step_uniforms
 
 __all__ = ["Generation", "BatchDecoder"]
 
@@ -34,10 +39,9 @@ class Generation:
 class _Row:
     prompt: list[int]
     sampling: SamplingConfig
-    generator: torch.Generator
+    seed: int
     max_new: int
     tokens: list[int]
-    logprobs: list[float]
     stop_window: int
     done: str | None = None
     text: str | None = None
@@ -66,16 +70,14 @@ class BatchDecoder:
             raise ValueError(
                 f"prompt has {len(prompt)} tokens; the model's context is {self.max_len}"
             )
-        gen = torch.Generator()
-        gen.manual_seed(sampling.seed if sampling.seed is not None else secrets.randbits(63))
+        seed = sampling.seed % (1 << 63) if sampling.seed is not None else secrets.randbits(63)
         longest_stop = max((len(s) for s in sampling.stop), default=0)
         return _Row(
             prompt=list(prompt),
             sampling=sampling,
-            generator=gen,
+            seed=seed,
             max_new=min(sampling.max_tokens, self.max_len - len(prompt)),
             tokens=[],
-            logprobs=[],
             # Enough trailing tokens to contain any stop string (a token is >= 1 byte).
             stop_window=4 * longest_stop + 4,
         )
@@ -87,7 +89,7 @@ class BatchDecoder:
         if not prompts:
             return []
         rows = [self._make_row(p, s) for p, s in zip(prompts, samplings)]
-        device = next(self.model.parameters()).device
+        device = model_device(self.model)
         width = max(len(r.prompt) for r in rows)
         ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -96,8 +98,13 @@ class BatchDecoder:
             mask[i, width - len(r.prompt):] = 1
         ids, mask = ids.to(device), mask.to(device)
         positions = (mask.cumsum(-1) - 1).clamp_min(0)
-        temps = torch.tensor([r.sampling.temperature for r in rows], dtype=torch.float32)
-        top_ps = torch.tensor([r.sampling.top_p for r in rows], dtype=torch.float32)
+        steps = max(r.max_new for r in rows)
+        temps = torch.tensor([r.sampling.temperature for r in rows], dtype=torch.float32, device=device)
+        top_ps = (torch.tensor([r.sampling.top_p for r in rows], dtype=torch.float32, device=device)
+                  if any(r.sampling.top_p < 1.0 for r in rows) else None)
+        uniforms = step_uniforms(torch.tensor([r.seed for r in rows], device=device), steps)
+        logprobs = torch.zeros((len(rows), steps), dtype=torch.float32, device=device)
+        live_at = torch.arange(len(rows), device=device)  # row index of each live batch slot
 
         from transformers import DynamicCache
 
@@ -106,16 +113,14 @@ class BatchDecoder:
             input_ids=ids, attention_mask=mask, position_ids=positions,
             past_key_values=cache, use_cache=True, logits_to_keep=1,
         )
-        logits = out.logits[:, -1, :].float().cpu()
         live = list(range(len(rows)))  # indices into `rows` of rows still decoding
         next_pos = positions[:, -1] + 1
-        while live:
-            tokens, lps = sample_tokens(
-                logits, temps, top_ps, [rows[i].generator for i in live]
-            )
+        for step in range(steps):
+            tokens, lps = sample_tokens(out.logits[:, -1, :], temps, top_ps, uniforms[:, step])
+            logprobs[live_at, step] = lps
             keep: list[int] = []
-            for j, i in enumerate(live):
-                self._advance(rows[i], int(tokens[j]), float(lps[j]))
+            for j, (i, token) in enumerate(zip(live, tokens.tolist())):  # the one host transfer
+                self._advance(rows[i], token)
                 if rows[i].done is None:
                     keep.append(j)
             if not keep:
@@ -123,21 +128,21 @@ class BatchDecoder:
             if len(keep) < len(live):
                 sel = torch.tensor(keep, device=device)
                 cache.batch_select_indices(sel)
-                mask, next_pos = mask[sel], next_pos[sel]
-                tokens, temps, top_ps = tokens[keep], temps[keep], top_ps[keep]
+                mask, next_pos, tokens, temps, uniforms, live_at = (
+                    t[sel] for t in (mask, next_pos, tokens, temps, uniforms, live_at))
+                top_ps = top_ps[sel] if top_ps is not None else None
                 live = [live[j] for j in keep]
             mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=-1)
             out = self.model(
-                input_ids=tokens.view(-1, 1).to(device), attention_mask=mask,
+                input_ids=tokens.view(-1, 1), attention_mask=mask,
                 position_ids=next_pos.view(-1, 1), past_key_values=cache, use_cache=True,
             )
-            logits = out.logits[:, -1, :].float().cpu()
             next_pos = next_pos + 1
-        return [self._finish(r) for r in rows]
+        host_lps = logprobs.cpu()  # once per batch
+        return [self._finish(r, host_lps[i, :len(r.tokens)].tolist()) for i, r in enumerate(rows)]
 
-    def _advance(self, row: _Row, token: int, logprob: float) -> None:
+    def _advance(self, row: _Row, token: int) -> None:
         row.tokens.append(token)
-        row.logprobs.append(logprob)
         if token in self.eos_ids:
             row.done = "stop"
             return
@@ -151,14 +156,14 @@ class BatchDecoder:
         if len(row.tokens) >= row.max_new:
             row.done = "length"
 
-    def _finish(self, row: _Row) -> Generation:
+    def _finish(self, row: _Row, logprobs: list[float]) -> Generation:
         text = row.text
         if text is None:
             text = self.tokenizer.decode(row.tokens, skip_special_tokens=True)
         return Generation(
             prompt_token_ids=row.prompt,
             completion_token_ids=row.tokens,
-            completion_logprobs=row.logprobs,
+            completion_logprobs=logprobs,
             text=text,
             finish_reason=row.done or "length",
         )

@@ -1,31 +1,38 @@
-"""Per-row token sampling that reports log-probs of the distribution used.
+"""Per-row token sampling on the logits' device, reporting log-probs of the distribution used.
 
 One convention across backends and the trainer: a sampled token's log-prob is
 taken under the distribution it was actually drawn from (logits / temperature,
 then top-p truncation and renormalisation). Greedy rows (temperature 0) report
 the unscaled (temperature 1) log-prob, as vLLM does.
 
-Each row has its own `torch.Generator`, so a request's sample depends on its
-own seed only, not on which other requests shared its batch.
+Everything stays where the logits are (a GPU in production): per step only the
+chosen token ids need to reach the host. Randomness is counter-based: the
+uniform that row r uses at decode step t is a hash of (r's seed, t), so a
+request's sample depends on its own seed only, never on its batch-mates, and no
+per-row generator object (nor a host round trip) is needed. Sampling is by
+inverse CDF in float64: one uniform per row and step, exact for token
+probabilities down to ~1e-16.
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["sampling_logprobs", "sample_tokens"]
+__all__ = ["sampling_logprobs", "sample_tokens", "step_uniforms"]
+
+_M32 = 0xFFFFFFFF
 
 
-def sampling_logprobs(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """Log-probs [B, V] of the sampling distribution for each row.
+def sampling_logprobs(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor | None) -> torch.Tensor:
+    """Log-probs [B, V] of the sampling distribution for each row, in fp32.
 
-    logits: [B, V] (any float dtype; computed in fp32). temperature, top_p: [B].
-    Rows with temperature 0 use temperature 1 (see module docstring).
+    logits: [B, V] (any float dtype). temperature: [B], rows with 0 use 1 (see
+    the module docstring). top_p: [B], or None when no row truncates (the caller
+    knows this on the host; checking a device tensor here would be a sync).
     """
-    logits = logits.float()
     temp = torch.where(temperature > 0, temperature, torch.ones_like(temperature))
-    logp = torch.log_softmax(logits / temp.unsqueeze(-1), dim=-1)
-    if bool((top_p < 1.0).any()):
+    logp = torch.log_softmax(logits.float() / temp.unsqueeze(-1), dim=-1)
+    if top_p is not None:
         logp = _apply_top_p(logp, top_p)
     return logp
 
@@ -42,22 +49,49 @@ def _apply_top_p(logp: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(masked, dim=-1)
 
 
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash (Wellons' lowbias32 family) on int64 tensors.
+
+    Values stay below 2**32 and both multipliers below 2**31, so no product
+    overflows int64 on any device.
+    """
+    x = x ^ (x >> 16)
+    x = (x * 0x21F0AAAD) & _M32
+    x = x ^ (x >> 15)
+    x = (x * 0x735A2D97) & _M32
+    return x ^ (x >> 15)
+
+
+def step_uniforms(seeds: torch.Tensor, steps: int) -> torch.Tensor:
+    """float64 uniforms in [0, 1), shape [B, steps]: entry (r, t) depends only on (seeds[r], t).
+
+    seeds: int64 [B], each in [0, 2**63). 53 random bits per uniform, from two
+    hashed 32-bit words.
+    """
+    lo, hi = seeds & _M32, (seeds >> 32) & _M32
+    key = _mix32(_mix32(lo ^ 0x9E3779B9) ^ hi)[:, None]
+    draw = torch.arange(2 * steps, device=seeds.device, dtype=torch.int64)[None, :]
+    words = _mix32(key ^ _mix32((draw * 0x27D4EB2F + 0x165667B1) & _M32))
+    a, b = words[:, 0::2] >> 5, words[:, 1::2] >> 6  # 27 + 26 bits
+    return (a * 67108864 + b).double() * (1.0 / 9007199254740992.0)
+
+
 def sample_tokens(
     logits: torch.Tensor,
     temperature: torch.Tensor,
-    top_p: torch.Tensor,
-    generators: list[torch.Generator],
+    top_p: torch.Tensor | None,
+    uniforms: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw one token per row; return (token ids [B], their log-probs [B]).
+    """Draw one token per row; return (token ids [B], their log-probs [B]), on the logits' device.
 
-    Uses the Gumbel-max trick with per-row uniform noise, which samples exactly
-    from softmax(logp) while letting every row use its own generator.
+    uniforms: float64 [B] in [0, 1), this step's column of `step_uniforms`.
+    Row r gets the first token whose cumulative probability exceeds u_r, i.e.
+    token k with probability p_k (zero-probability tokens are never drawn).
     """
     logp = sampling_logprobs(logits, temperature, top_p)
-    batch, vocab = logp.shape
-    noise = torch.stack([torch.rand(vocab, generator=g) for g in generators])
-    gumbel = -torch.log(-torch.log(noise.clamp_min(1e-20)))
-    sampled = torch.argmax(logp + gumbel, dim=-1)
+    cdf = logp.double().exp().cumsum(dim=-1)
+    target = (uniforms * cdf[:, -1]).unsqueeze(-1)
+    sampled = torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp_max(logp.shape[-1] - 1)
     greedy = torch.argmax(logits, dim=-1)
     tokens = torch.where(temperature > 0, sampled, greedy)
     chosen = logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)

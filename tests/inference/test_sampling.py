@@ -7,7 +7,7 @@ import torch
 from pydantic import ValidationError
 
 from ludic_core.inference import ChatCompletionRequest, SamplingConfig
-from ludic_core.inference.token_sampler import sample_tokens, sampling_logprobs
+from ludic_core.inference.token_sampler import sample_tokens, sampling_logprobs, step_uniforms
 
 # probs 1/6, 2/6, 3/6 at temperature 1
 LOGITS = torch.log(torch.tensor([[1.0, 2.0, 3.0]]))
@@ -49,17 +49,57 @@ def test_top_p_keeps_the_smallest_nucleus_and_renormalises():
 
 
 def test_greedy_rows_take_argmax_and_report_unscaled_logprob():
-    g = torch.Generator().manual_seed(0)
-    tok, lp = sample_tokens(LOGITS, torch.tensor([0.0]), torch.tensor([1.0]), [g])
+    tok, lp = sample_tokens(LOGITS, torch.tensor([0.0]), None, torch.tensor([0.01], dtype=torch.float64))
     assert tok.tolist() == [2]
     assert lp.item() == pytest.approx(math.log(0.5), abs=1e-6)
 
 
+def test_inverse_cdf_by_hand():
+    # cdf of [1/6, 2/6, 3/6] is [.1667, .5, 1]: u picks the first token whose cdf exceeds it
+    u = torch.tensor([0.0, 0.1, 0.1666, 0.1667, 0.4999, 0.5001, 0.9999], dtype=torch.float64)
+    tok, lp = sample_tokens(LOGITS.expand(7, 3), torch.ones(7), None, u)
+    assert tok.tolist() == [0, 0, 0, 1, 1, 2, 2]
+    assert lp.tolist() == pytest.approx([math.log(p) for p in (1 / 6, 1 / 6, 1 / 6, 2 / 6, 2 / 6, .5, .5)], abs=1e-6)
+
+
+def test_tokens_outside_the_nucleus_are_never_drawn():
+    # top_p = .5 keeps token 2 only (see above): every uniform must land on it
+    u = step_uniforms(torch.tensor([7]), 500)[0]
+    tok, lp = sample_tokens(LOGITS.expand(500, 3), torch.ones(500), torch.full((500,), 0.5), u)
+    assert set(tok.tolist()) == {2} and lp.abs().max().item() < 1e-6
+
+
 def test_sampler_frequencies_follow_the_distribution():
-    g = torch.Generator().manual_seed(123)
-    counts = [0, 0, 0]
-    for _ in range(6000):
-        tok, _ = sample_tokens(LOGITS, torch.tensor([1.0]), torch.tensor([1.0]), [g])
-        counts[int(tok)] += 1
-    freqs = [c / 6000 for c in counts]
+    # one seed, 6000 decode steps: the column of uniforms a row would use step after step
+    u = step_uniforms(torch.tensor([123]), 6000)[0]
+    tok, _ = sample_tokens(LOGITS.expand(6000, 3), torch.ones(6000), None, u)
+    freqs = [tok.tolist().count(k) / 6000 for k in range(3)]
     assert freqs == pytest.approx([1 / 6, 2 / 6, 3 / 6], abs=0.025)
+
+
+def test_a_rare_token_is_drawn_at_its_rate():
+    # p = 1e-3 among 1000 tokens: 100k draws give ~100 hits (a float32 cdf, or a
+    # biased hash, would be visibly off); sd = sqrt(100) = 10
+    logits = torch.full((1, 1000), 0.0)
+    logits[0, 500] = math.log(1e-3 * 999 / (1 - 1e-3))
+    u = step_uniforms(torch.arange(100), 1000).reshape(-1)
+    tok, _ = sample_tokens(logits.expand(len(u), 1000), torch.ones(len(u)), None, u)
+    assert 60 <= int((tok == 500).sum()) <= 140
+
+
+def test_step_uniforms_are_uniform_reproducible_and_per_seed():
+    seeds = torch.tensor([0, 1, 2, (1 << 63) - 1, 123456789])
+    u = step_uniforms(seeds, 4000)
+    assert u.dtype == torch.float64 and u.shape == (5, 4000)
+    assert float(u.min()) >= 0.0 and float(u.max()) < 1.0
+    flat = u.reshape(-1)
+    assert float(flat.mean()) == pytest.approx(0.5, abs=0.01)
+    assert float(flat.var()) == pytest.approx(1 / 12, abs=0.003)
+    hist = torch.histc(flat.float(), bins=10, min=0.0, max=1.0) / flat.numel()
+    assert hist.tolist() == pytest.approx([0.1] * 10, abs=0.01)
+    # consecutive steps and neighbouring seeds are uncorrelated
+    assert abs(float(torch.corrcoef(torch.stack([u[:, :-1].reshape(-1), u[:, 1:].reshape(-1)]))[0, 1])) < 0.03
+    assert abs(float(torch.corrcoef(u[:2])[0, 1])) < 0.06
+    # a row's uniforms depend on its own seed only (not on its batch-mates or their order)
+    assert torch.equal(step_uniforms(seeds[[4, 1]], 4000), u[[4, 1]])
+    assert torch.equal(step_uniforms(seeds, 10), u[:, :10])
