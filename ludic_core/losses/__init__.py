@@ -18,6 +18,7 @@ from ludic_core.losses.cross_entropy import MaskedCrossEntropyLoss
 from ludic_core.losses.entropy import EntropyBonus, token_entropy
 from ludic_core.losses.gspo import GSPOLoss
 from ludic_core.losses.kl import TokenKLLoss
+from ludic_core.losses.linear_logprobs import linear_token_logprobs
 from ludic_core.losses.logprobs import token_logprobs
 from ludic_core.losses.reinforce import ReinforceLoss
 from ludic_core.losses.reinforce_baseline import ReinforceBaselineLoss
@@ -41,6 +42,7 @@ __all__ = [
     "ReinforceBaselineLoss",
     "ReinforceLoss",
     "TokenKLLoss",
+    "linear_token_logprobs",
     "token_entropy",
     "token_logprobs",
 ]

@@ -12,7 +12,6 @@ with FSDP2 (gradient sync only on the last micro-batch; rank 0 publishes).
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import logging
 import math
 import random
@@ -26,11 +25,12 @@ from ludic_core.batching.collate import MicroBatch, collate_micro_batches, paddi
 from ludic_core.batching.saw import SAWBatch, SAWItem
 from ludic_core.config import TrainerConfig
 from ludic_core.device import place_model, resolve_dtype
-from ludic_core.losses import LossInputs, token_entropy, token_logprobs
+from ludic_core.losses import LossInputs
 from ludic_core.training import distributed as dist_utils
 from ludic_core.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from ludic_core.training.lora import apply_lora, is_lora, merged_state_dict
 from ludic_core.training.schedules import lr_multiplier
+from ludic_core.training.scoring import PolicyScorer
 
 __all__ = ["Trainer"]
 
@@ -68,7 +68,8 @@ class Trainer:
         self.model = dist_utils.shard_model(model, self.ctx)
         self.model.train()
         self.compute_dtype = resolve_dtype(config.dtype, self.ctx.device)
-        self._keeps_logits = _accepts_logits_to_keep(self.model)
+        self.scorer = PolicyScorer(self.model, device_type=self.ctx.device.type, compute_dtype=self.compute_dtype,
+                                   chunk_tokens=config.logprob_chunk_tokens)
         self.algorithm = algorithm
         self.source = source
         self.tokenizer = tokenizer
@@ -129,15 +130,10 @@ class Trainer:
 
     def _forward_loss(self, mb: MicroBatch, totals: dict[str, float]) -> tuple[torch.Tensor, dict[str, float]]:
         device = self.ctx.device
-        # Only positions that score an action token need logits: start at the first
+        # Only positions that score an action token need scoring: start at the first
         # one any row has (decided on the host, from the CPU micro-batch).
         acting = mb.action_mask[:, 1:].sum(0).nonzero()
         start = int(acting[0]) if len(acting) else 0
-        ids = mb.input_ids.to(device)
-        kwargs = {"logits_to_keep": ids.shape[1] - start} if self._keeps_logits and start else {}
-        with torch.autocast(device.type, dtype=self.compute_dtype, enabled=self.compute_dtype != torch.float32):
-            logits = self.model(input_ids=ids, attention_mask=mb.attention_mask.to(device), **kwargs).logits
-        logits = logits[:, -(ids.shape[1] - start):]  # models that ignore logits_to_keep
         temps = None
         if mb.temperatures is not None and getattr(self.algorithm, "requires_actor_logprobs", False):
             # actor log-probs are of softmax(logits / T): compare like with like
@@ -145,13 +141,10 @@ class Trainer:
             if bool((mb.temperatures != 1.0).any()):
                 temps = mb.temperatures
         loss_fn = self.algorithm.loss
-        entropy = None
-        if getattr(loss_fn, "needs_entropy", False):
-            scaled = logits if temps is None else logits / temps.to(device)[:, None, None]
-            entropy = token_entropy(scaled[:, :-1])
+        logprobs, entropy = self.scorer(mb.input_ids.to(device), mb.attention_mask.to(device), start, temps,
+                                        need_entropy=getattr(loss_fn, "needs_entropy", False))
         inputs = LossInputs(
-            logprobs=token_logprobs(logits, ids[:, start:], temperatures=temps,
-                                    chunk_tokens=self.cfg.logprob_chunk_tokens),
+            logprobs=logprobs,
             old_logprobs=mb.actor_logprobs[:, start + 1:].to(device),
             mask=mb.action_mask[:, start + 1:].to(device),
             advantages=mb.weights.to(device),
@@ -299,15 +292,6 @@ def _all_reduce_max(n: int, ctx: dist_utils.DistContext) -> int:
     t = torch.tensor([n], dtype=torch.long, device=ctx.device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return int(t.item())
-
-
-def _accepts_logits_to_keep(model: Any) -> bool:
-    """HF causal LMs take `logits_to_keep` (logits for the last k positions only)."""
-    try:
-        params = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return False
-    return "logits_to_keep" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 def _is_pad(mb: MicroBatch) -> bool:

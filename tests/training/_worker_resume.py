@@ -24,6 +24,7 @@ trainer = Trainer(model, make_sft(), source, TrainerConfig(lr=3e-3, checkpoint_e
 if trainer.resume():
     print(f"resumed at step {trainer.step}", flush=True)
 trainer.train(until)
+print(f"scored from hidden states: {trainer.scorer.fused}", flush=True)
 if "--kill" in sys.argv:
     os.kill(os.getpid(), signal.SIGKILL)
 cleanup(trainer.ctx)  # orderly gloo shutdown (see distributed.cleanup)

@@ -188,9 +188,11 @@ def test_temperature_set_on_the_agent_is_recorded_per_step(tiny_model_dir):
     assert torch.allclose(mb.temperatures, torch.full((len(mb.meta),), 0.6))
 
 
-def test_lean_logprobs_give_the_full_vocab_loss_and_gradient(tiny_model_dir, device):
-    """The trainer scores only positions from the first action on (`logits_to_keep`), in
-    chunks, at each row's sampling temperature: the loss and the gradient must equal the
+@pytest.mark.parametrize("fused", [True, False])
+def test_lean_logprobs_give_the_full_vocab_loss_and_gradient(tiny_model_dir, device, fused):
+    """The trainer scores only positions from the first action on, in chunks, at each row's
+    sampling temperature, either straight from hidden states (fused: no logits at all) or
+    from the model's logits (`logits_to_keep`): the loss and the gradient must equal the
     plain formula over every position (a full fp32 log-softmax of logits / T)."""
     from ludic_core.batching.collate import collate_micro_batches
     from ludic_core.batching.saw import SAWItem
@@ -207,13 +209,19 @@ def test_lean_logprobs_give_the_full_vocab_loss_and_gradient(tiny_model_dir, dev
                              {"sampling_temperature": temp}, actor_logprobs=lps))
     grpo = make_grpo()
     tr = Trainer(model, grpo, None, TrainerConfig(dtype="float32", logprob_chunk_tokens=7), tokenizer=tok)
+    assert tr.scorer.fused  # a Llama: logits are lm_head(decoder output)
+    if not fused:
+        tr.scorer.head = None
     mb = collate_micro_batches(items, micro_token_budget=10**6, pad_id=tr.pad_id)[0]
     totals = {"tokens": mb.action_tokens, "sequences": 3.0, "mean_weight": float(mb.weights.mean())}
     widths = []
     hook = tr.model.lm_head.register_forward_hook(lambda m, inp, out: widths.append(inp[0].shape[1]))
     loss, _ = tr._forward_loss(mb, totals)
     hook.remove()
-    assert widths == [mb.input_ids.shape[1] - 39]  # logits from position 39 (first action - 1) on
+    if fused:  # the model's lm_head ran on the last position only (and once more to verify that)
+        assert widths == [1, 1] and tr.scorer.fused
+    else:  # logits from position 39 (first action - 1) on
+        assert widths == [mb.input_ids.shape[1] - 39]
     loss.backward()
     lean = {n: p.grad.clone() for n, p in tr.model.named_parameters()}
     tr.model.zero_grad()
@@ -231,3 +239,26 @@ def test_lean_logprobs_give_the_full_vocab_loss_and_gradient(tiny_model_dir, dev
     assert float(tr.model.lm_head.weight.grad.abs().max()) > 1e-4
     for n, p in tr.model.named_parameters():
         assert torch.allclose(lean[n], p.grad, atol=1e-6), n
+
+
+def test_a_model_whose_logits_are_not_lm_head_of_its_hidden_states_is_scored_from_its_logits(tiny_model_dir):
+    """E.g. logit soft-capping: the first micro-batch's check catches it, the scorer falls back
+    to the model's own logits, and the log-probs are those of the model's real output."""
+    from ludic_core.training.scoring import PolicyScorer
+
+    model, _ = load_model_and_tokenizer(tiny_model_dir)
+
+    def softcap(_module, _args, out):
+        out.logits = 3.0 * torch.tanh(out.logits / 3.0)
+        return out
+
+    model.register_forward_hook(softcap)
+    scorer = PolicyScorer(model, device_type="cpu", compute_dtype=torch.float32, chunk_tokens=5)
+    assert scorer.fused  # nothing in the config says otherwise
+    ids = torch.randint(4, 200, (2, 12))
+    got, _ = scorer(ids, torch.ones_like(ids), 4, None, need_entropy=False)
+    assert not scorer.fused
+    want = torch.log_softmax(model(input_ids=ids).logits.float(), -1)[:, 4:-1].gather(-1, ids[:, 5:, None])[..., 0]
+    assert torch.allclose(got, want, atol=1e-5)
+    model.config.final_logit_softcapping = 30.0  # a config that declares it: never fused
+    assert not PolicyScorer(model, device_type="cpu", compute_dtype=torch.float32, chunk_tokens=5).fused

@@ -39,6 +39,9 @@ def test_two_process_fsdp_matches_single_process_and_resumes_across_world_sizes(
     assert single.returncode == 0, single.stderr[-3000:]
     fsdp = _run([str(tiny_model_dir), str(tmp_path / "fsdp"), "3"], nproc=2, device=rank_device)
     assert fsdp.returncode == 0, fsdp.stderr[-3000:]
+    # FSDP2 keeps the root's (output layer's) parameters unsharded after forward, so the
+    # fused hidden-state scoring runs under sharding too (its gradient then matches above)
+    assert "scored from hidden states: True" in fsdp.stdout, fsdp.stdout
     diff = _max_diff(_weights(tmp_path / "single", 3), _weights(tmp_path / "fsdp", 3))
     assert diff < 1e-4, diff  # Adam amplifies fp32 reduction-order noise; see test_trainer
 

@@ -1,0 +1,135 @@
+"""`PolicyScorer`: the trainer's per-token log-probs of a micro-batch, lean on memory.
+
+Peak training memory of a small model with a large vocabulary is dominated by
+the output layer: tokens x vocabulary logits, their fp32 log-softmax and their
+gradient (49 GB of a 0.6B model's step at a 151,936 vocabulary and a 32k-token
+micro-batch). Two cuts, both exact:
+
+1. Only positions that score an action token are projected: everything before
+   the first action position of the micro-batch is skipped.
+2. For an HF causal LM whose logits are a plain linear map of its decoder's
+   output (Llama, Qwen, Mistral, ...: checked on the first micro-batch), the
+   log-probs come from the hidden states through `linear_token_logprobs`, so no
+   [tokens, vocab] tensor exists at all. Other models (logit soft-capping or
+   scaling, an output layer that is not an `nn.Linear`, a sharded one) get
+   `token_logprobs` on the model's own logits, which keeps those logits but no
+   fp32 copy of them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from typing import Any
+
+import torch
+
+from ludic_core.losses import linear_token_logprobs, token_entropy, token_logprobs
+
+__all__ = ["PolicyScorer"]
+
+log = logging.getLogger(__name__)
+
+# Config fields of HF models whose logits are not lm_head(hidden) alone.
+_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "lm_head_multiplier",
+                     "output_multiplier_scale", "logit_multiplier")
+
+
+class PolicyScorer:
+    """log pi(token) at every action position of a micro-batch (and entropies on request)."""
+
+    def __init__(self, model: Any, *, device_type: str, compute_dtype: torch.dtype, chunk_tokens: int) -> None:
+        self.model = model
+        self.device_type = device_type
+        self.compute_dtype = compute_dtype
+        self.chunk_tokens = chunk_tokens
+        self.keeps_logits = _accepts_logits_to_keep(model)
+        self.head, self.decoder = _linear_head(model) if self.keeps_logits else (None, None)
+        self.verified = False
+
+    @property
+    def fused(self) -> bool:
+        """True while log-probs come straight from hidden states (no logits)."""
+        return self.head is not None
+
+    def __call__(self, ids: torch.Tensor, attention_mask: torch.Tensor, start: int,
+                 temperatures: torch.Tensor | None, need_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """[B, T-1-start] log-probs of ids[:, start+1:] (and entropies of the same positions)."""
+        if self.head is not None:
+            hidden = self._hidden_states(ids, attention_mask)
+            if hidden is not None:
+                return self._from_hidden(hidden[:, start:], ids[:, start:], temperatures, need_entropy)
+        return self._from_logits(ids, attention_mask, start, temperatures, need_entropy)
+
+    def _autocast(self) -> torch.autocast:
+        return torch.autocast(self.device_type, dtype=self.compute_dtype, enabled=self.compute_dtype != torch.float32)
+
+    def _hidden_states(self, ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor | None:
+        captured: list[Any] = []
+        hook = self.decoder.register_forward_hook(lambda _m, _a, out: captured.append(out))
+        try:
+            with self._autocast():
+                last = self.model(input_ids=ids, attention_mask=attention_mask, logits_to_keep=1).logits
+        finally:
+            hook.remove()
+        out = captured[-1]
+        hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+        if hasattr(self.head.weight, "full_tensor"):  # still sharded after forward (FSDP resharded it)
+            return self._give_up("its output layer is sharded outside forward")
+        if not self.verified:
+            with torch.no_grad(), self._autocast():
+                mine = self.head(hidden[:, -1:])
+            if mine.shape != last.shape or not torch.allclose(mine.float(), last.float(), rtol=1e-3, atol=1e-3):
+                return self._give_up("its logits are not lm_head(decoder output)")
+            self.verified = True
+        return hidden
+
+    def _give_up(self, why: str) -> None:
+        log.warning("%s: %s; scoring from its full logits instead", type(self.model).__name__, why)
+        self.head = None
+
+    def _from_hidden(self, hidden, ids, temperatures, need_entropy):
+        logprobs = linear_token_logprobs(hidden, self.head.weight, self.head.bias, ids, temperatures=temperatures,
+                                         chunk_tokens=self.chunk_tokens, compute_dtype=self.compute_dtype)
+        entropy = None
+        if need_entropy:  # entropy needs every token's probability: logits for these positions only
+            with self._autocast():
+                logits = self.head(hidden[:, :-1])
+            entropy = token_entropy(_scaled(logits, temperatures))
+        return logprobs, entropy
+
+    def _from_logits(self, ids, attention_mask, start, temperatures, need_entropy):
+        kwargs = {"logits_to_keep": ids.shape[1] - start} if self.keeps_logits and start else {}
+        with self._autocast():
+            logits = self.model(input_ids=ids, attention_mask=attention_mask, **kwargs).logits
+        logits = logits[:, -(ids.shape[1] - start):]  # models that ignore logits_to_keep
+        entropy = token_entropy(_scaled(logits[:, :-1], temperatures)) if need_entropy else None
+        logprobs = token_logprobs(logits, ids[:, start:], temperatures=temperatures, chunk_tokens=self.chunk_tokens)
+        return logprobs, entropy
+
+
+def _scaled(logits: torch.Tensor, temperatures: torch.Tensor | None) -> torch.Tensor:
+    return logits if temperatures is None else logits / temperatures.to(logits.device)[:, None, None]
+
+
+def _accepts_logits_to_keep(model: Any) -> bool:
+    """HF causal LMs take `logits_to_keep` (logits for the last k positions only)."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+    return "logits_to_keep" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def _linear_head(model: Any) -> tuple[Any, Any]:
+    """(lm_head, decoder) when logits may be a plain linear map of the decoder output, else (None, None)."""
+    try:
+        head, decoder = model.get_output_embeddings(), model.get_decoder()
+    except Exception:  # exotic models: no generic lookup
+        return None, None
+    config = getattr(model, "config", None)
+    if any(getattr(config, name, None) not in (None, 1, 1.0) for name in _LOGIT_TRANSFORMS):
+        return None, None
+    if type(head) is not torch.nn.Linear or decoder is None:
+        return None, None  # a LoRA-wrapped or custom output layer
+    return head, decoder

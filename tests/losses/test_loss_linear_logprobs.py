@@ -1,0 +1,75 @@
+"""linear_token_logprobs (hidden states -> log-probs, no logits kept) against the plain formula."""
+
+import pytest
+import torch
+
+from ludic_core.losses import linear_token_logprobs, token_logprobs
+
+
+def _reference(hidden, weight, bias, ids, temps):
+    z = torch.nn.functional.linear(hidden, weight, bias).float()
+    if temps is not None:
+        z = z / temps[:, None, None]
+    return torch.log_softmax(z[:, :-1], dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+
+
+@pytest.mark.parametrize("chunk", [1, 4, 4096])
+@pytest.mark.parametrize("with_temps", [False, True])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_values_and_all_gradients_match_in_fp32(chunk, with_temps, with_bias, device):
+    torch.manual_seed(0)
+    hidden = torch.randn(3, 6, 8, device=device)
+    weight = torch.randn(40, 8, device=device)
+    bias = torch.randn(40, device=device) if with_bias else None
+    ids = torch.randint(0, 40, (3, 6), device=device)
+    temps = torch.tensor([1.0, 0.7, 0.4], device=device) if with_temps else None
+    upstream = torch.randn(3, 5, device=device)
+    leaves = [t.clone().requires_grad_() for t in (hidden, weight) + ((bias,) if with_bias else ())]
+    refs = [t.clone().requires_grad_() for t in (hidden, weight) + ((bias,) if with_bias else ())]
+    got = linear_token_logprobs(leaves[0], leaves[1], leaves[2] if with_bias else None, ids, temperatures=temps,
+                                chunk_tokens=chunk)
+    want = _reference(refs[0], refs[1], refs[2] if with_bias else None, ids, temps)
+    assert got.shape == (3, 5) and got.dtype == torch.float32
+    assert torch.allclose(got, want, atol=1e-5)
+    (got * upstream).sum().backward()
+    (want * upstream).sum().backward()
+    for a, b in zip(leaves, refs):
+        assert torch.allclose(a.grad, b.grad, atol=1e-5), (a.shape, (a.grad - b.grad).abs().max())
+
+
+def test_bf16_compute_matches_an_autocast_lm_head():
+    torch.manual_seed(0)
+    hidden = torch.randn(2, 33, 16)
+    weight = (0.3 * torch.randn(300, 16)).requires_grad_()
+    ids = torch.randint(0, 300, (2, 33))
+    got = linear_token_logprobs(hidden, weight, None, ids, chunk_tokens=8, compute_dtype=torch.bfloat16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = torch.nn.functional.linear(hidden, weight)
+    want = token_logprobs(logits, ids)
+    assert torch.allclose(got, want, atol=2e-2)
+    got.sum().backward()
+    assert weight.grad.dtype == torch.float32 and torch.isfinite(weight.grad).all()
+
+
+def test_a_frozen_output_layer_gets_no_gradient_and_shapes_are_checked():
+    hidden = torch.randn(1, 4, 8, requires_grad=True)
+    weight = torch.randn(10, 8)  # frozen, e.g. LoRA on attention only
+    linear_token_logprobs(hidden, weight, None, torch.zeros(1, 4, dtype=torch.long)).sum().backward()
+    assert hidden.grad is not None and weight.grad is None
+    with pytest.raises(ValueError, match="does not match"):
+        linear_token_logprobs(hidden, weight, None, torch.zeros(1, 5, dtype=torch.long))
+
+
+def test_nothing_of_size_tokens_x_vocab_is_kept_for_backward():
+    hidden = torch.randn(2, 64, 16, requires_grad=True)
+    weight = torch.randn(1000, 16, requires_grad=True)
+    ids = torch.randint(0, 1000, (2, 64))
+    biggest = []
+
+    def pack(t):
+        biggest.append(t.numel())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        linear_token_logprobs(hidden, weight, None, ids, chunk_tokens=16)
+    assert max(biggest) == weight.numel()  # the weight itself; no [128, 1000] logits
