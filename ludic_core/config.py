@@ -153,4 +153,5 @@ class LocalInferenceConfig(_Config):
 
     device: str = Field("auto", pattern=_DEVICE_PATTERN, description=_DEVICE_DOC)
     dtype: DType = Field("auto", description="weights' dtype: auto = bfloat16 on a GPU, float32 on the CPU")
-    max_batch_size: int = Field(64, ge=1, description="requests decoded together in one batch")
+    max_batch_size: int | None = Field(
+        None, ge=1, description="requests decoded together in one batch; default 256 on a GPU, 64 on the CPU")

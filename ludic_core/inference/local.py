@@ -45,7 +45,7 @@ class LocalChatClient:
         *,
         device: str = "auto",
         dtype: str = "auto",
-        max_batch_size: int = 64,
+        max_batch_size: int | None = None,
         policy_version: int = 0,
     ) -> None:
         """`model`: an HF model directory, or a model object with its `tokenizer`.
@@ -53,7 +53,9 @@ class LocalChatClient:
         device / dtype are `ludic_core.device` specs: `auto` decodes on the GPU
         when there is one (bf16 there, fp32 on the CPU). A model object already
         on a GPU stays there under `auto`; its dtype changes only when `dtype`
-        names one.
+        names one. `max_batch_size` None: 256 on a GPU (a 16 x 8 GRPO step in
+        one batch; decoding there is launch-bound, so rows are nearly free), 64
+        on the CPU.
         """
         if isinstance(model, (str, Path)):
             from ludic_core.models.loading import load_model_and_tokenizer
@@ -66,6 +68,8 @@ class LocalChatClient:
             model, _ = place_model(model, device)
             if dtype != "auto":
                 model = model.to(resolve_dtype(dtype, model_device(model)))
+        if max_batch_size is None:
+            max_batch_size = 256 if model_device(model).type == "cuda" else 64
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         self.model = model.eval()
@@ -125,7 +129,7 @@ class LocalChatClient:
             )
         with self._lock, torch.no_grad():
             for k, v in params.items():
-                state[k].copy_(v.to(device=state[k].device, dtype=state[k].dtype))
+                state[k].copy_(v)  # casts dtype and moves device in one go
             self.policy_version = int(version)
         log.info("LocalChatClient now serves policy version %d (%d tensors)", version, len(params))
         return self.policy_version

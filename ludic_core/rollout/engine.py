@@ -44,8 +44,9 @@ class RolloutEngine:
         protocol_registry: Mapping[str, ProtocolFactory],
         *,
         jsonl_path: str | Path | None = None,
-        max_concurrency: int = 64,
+        max_concurrency: int = 256,
     ) -> None:
+        # 256 episodes at once: a whole GRPO step (e.g. 16 prompts x 8) meets in one decode batch
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
         self.env_registry = dict(env_registry)
