@@ -79,6 +79,9 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--model-dir", help="existing HF model dir (default: build the tiny preset)")
+    ap.add_argument("--vocab", type=int, default=None,
+                    help="pad the model's vocabulary to this size (e.g. 151936, Qwen2.5's) to measure "
+                         "sampling cost at a real vocabulary; extra ids decode to nothing")
     ap.add_argument("--json", action="store_true", help="also print one JSON line")
     args = ap.parse_args()
     n, batch = args.max_tokens, args.batch
@@ -89,6 +92,9 @@ def main() -> None:
         root = Path("runs/bench") if Path("runs").is_dir() else Path(tempfile.gettempdir()) / "ludic_bench"
         model_dir = build_tiny_model(root / args.preset, args.preset)
     model, tok = load_model_and_tokenizer(model_dir, dtype="float32")
+    if args.vocab:
+        torch.manual_seed(0)
+        model.resize_token_embeddings(args.vocab, mean_resizing=False)
 
     # Contestant A. Forcing exactly n tokens per row: no real id equals -1, so
     # no row can stop on eos and every row runs to max_tokens, as B does.
@@ -137,7 +143,7 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in times.items()}
     tps = {k: batch * n / s for k, s in med.items()}
     ratio = tps["LocalChatClient"] / tps["HF generate"]
-    print(f"preset={args.preset} batch={batch} max_tokens={n} repeats={args.repeats} "
+    print(f"preset={args.preset} vocab={model.config.vocab_size} batch={batch} max_tokens={n} repeats={args.repeats} "
           f"prompt_len={min(map(len, prompts))}..{width} threads={torch.get_num_threads()}")
     print(f"{'engine':<18}{'tokens/s':>10}{'median_s':>10}")
     for k in contestants:

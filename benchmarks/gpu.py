@@ -1,0 +1,451 @@
+"""On a GPU: trainer tok/s, MFU and peak memory; decode vs HF generate; a GRPO step vs TRL.
+
+One run prints every measured ratio side by side, on a model shaped like
+Qwen2.5-0.5B (24 layers, hidden 896, 14 query / 2 KV heads, MLP 4864, vocab
+151,936, tied embeddings: 494M parameters) with random weights, built offline
+with `LlamaConfig` (no hub). Its tokenizer is ludic's byte-level one (260
+tokens): ids the model samples beyond those decode to nothing, never an error.
+
+Sections (`--sections`, all by default):
+- trainer: `Trainer.train_step` (REINFORCE, bf16 autocast over fp32 master
+  weights) vs a bare bf16 loop doing the old trainer's full-vocab
+  `log_softmax(logits.float())` + gather at every position, on the same model,
+  optimizer and micro-batches (64 items of 256-1536 tokens, prompts 1/4-1/2 of
+  each, 32k-token budget). tok/s counts real (non-pad) tokens; MFU =
+  6 * N * tok/s / peak (989 TFLOP/s: H100 bf16 dense); peak memory is
+  torch.cuda.max_memory_allocated over one step (resident = weights + AdamW).
+- generate: `LocalChatClient` vs `model.generate` on one bf16 model, batch 64
+  and 128, exactly 128 new tokens per row (the client's eos set is replaced by
+  an impossible id; generate gets min_new_tokens == max_new_tokens), pure
+  sampling, the same chat prompts, both on the client's decode thread. The
+  client also computes every sampled token's log-prob; generate does not.
+- grpo: one synchronous GRPO step, 16 prompts x 8 completions of up to 128
+  tokens at T=0.7, KL 0, bf16, no vLLM. ludic: RolloutBatchSource +
+  make_grpo + Trainer, rollouts from an in-process LocalChatClient (its own
+  bf16 copy, refreshed by InProcessPublisher every step) on offline
+  arithmetic problems with a numeric verifier. TRL's GRPOTrainer: the same
+  prompts and verifier, one 128-completion generation and one optimizer step
+  per step (use_vllm False, gradient checkpointing off, fp32 master weights +
+  bf16 autocast). Order A B A (half of ludic's steps before TRL's, half after)
+  to share drift; medians after a warm-up step.
+Steps are interleaved and medians reported; nothing is asserted about time.
+
+    python benchmarks/gpu.py                          # on a CUDA machine
+    .venv/bin/python benchmarks/gpu.py --device cpu --small   # prove the code path here
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import dataclasses
+import gc
+import random
+import statistics
+import tempfile
+import time
+import warnings
+from typing import Callable
+
+import torch
+
+from ludic_core.device import cuda_available, resolve_device
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    intermediate: int
+    items: int
+    item_len: tuple[int, int]
+    budget: int
+    train_steps: int
+    gen_batches: tuple[int, ...]
+    gen_tokens: int
+    gen_repeats: int
+    prompts: int
+    group: int
+    grpo_tokens: int
+    grpo_steps: int
+    vocab: int = 151_936
+
+
+FULL = Sizes(896, 24, 14, 2, 4864, 64, (256, 1536), 32_768, 5, (64, 128), 128, 3, 16, 8, 128, 4)
+SMALL = Sizes(64, 2, 4, 2, 128, 8, (64, 192), 512, 2, (4, 8), 16, 2, 4, 4, 16, 2)
+
+
+# ---- shared helpers ---------------------------------------------------------------
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def build_model(s: Sizes, device: torch.device):
+    """(model in fp32 on `device`, byte tokenizer); same weights for every call."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from ludic_core.models import build_byte_tokenizer
+
+    tok = build_byte_tokenizer()
+    config = LlamaConfig(
+        vocab_size=s.vocab, hidden_size=s.hidden, intermediate_size=s.intermediate,
+        num_hidden_layers=s.layers, num_attention_heads=s.heads, num_key_value_heads=s.kv_heads,
+        max_position_embeddings=32_768, rope_theta=1e6, rms_norm_eps=1e-6, tie_word_embeddings=True,
+        bos_token_id=None, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+    )
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = LlamaForCausalLM(config)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    return model, tok
+
+
+def arithmetic_messages(n: int) -> tuple[list[list[dict]], list[str]]:
+    """`n` chat prompts (system + question) and their gold answers."""
+    from ludic_core.envs import generate_arithmetic_problems, gsm8k_target_parser
+    from ludic_core.envs.arithmetic import ARITHMETIC_SYSPROMPT
+
+    problems = generate_arithmetic_problems(n, seed=0)
+    msgs = [[{"role": "system", "content": ARITHMETIC_SYSPROMPT}, {"role": "user", "content": p["question"]}]
+            for p in problems]
+    return msgs, [gsm8k_target_parser(p["answer"]) for p in problems]
+
+
+def interleave(contestants: dict[str, Callable], repeats: int, device: torch.device,
+               on_oom: Callable[[], None] = lambda: None):
+    """Warm each up once, then run A B, B A, ...; per name: (seconds list, peak bytes, resident bytes).
+
+    A contestant that runs out of GPU memory is reported as OOM and not run again.
+    """
+    times = {k: [] for k in contestants}
+    peak = {k: 0 for k in contestants}
+    resident = {k: 0 for k in contestants}
+    oom: set[str] = set()
+    order = list(contestants)
+    for r in range(repeats + 1):  # round 0 is the warm-up
+        for name in order if r % 2 == 0 else order[::-1]:
+            if name in oom:
+                continue
+            sync(device)
+            if device.type == "cuda":
+                resident[name] = torch.cuda.memory_allocated(device)
+                torch.cuda.reset_peak_memory_stats(device)
+            t0 = time.perf_counter()
+            try:
+                contestants[name]()
+            except torch.cuda.OutOfMemoryError:
+                oom.add(name)
+            if name in oom:  # outside the except: its traceback no longer pins the step's tensors
+                on_oom()
+                gc.collect()
+                torch.cuda.empty_cache()
+                continue
+            sync(device)
+            if r:
+                times[name].append(time.perf_counter() - t0)
+            if device.type == "cuda":
+                peak[name] = max(peak[name], torch.cuda.max_memory_allocated(device))
+    return times, peak, resident, oom
+
+
+def gib(n: float) -> str:
+    return f"{n / 2**30:.1f}"
+
+
+# ---- trainer ------------------------------------------------------------------------
+class FixedSource:
+    def __init__(self, items): self.items = items
+    def next_batch(self):
+        from ludic_core.batching.saw import SAWBatch
+        return SAWBatch(items=list(self.items))
+    def state_dict(self): return {}
+    def load_state_dict(self, state): pass
+
+
+def random_items(s: Sizes):
+    from ludic_core.batching.saw import SAWItem
+
+    rng, gen = random.Random(0), torch.Generator().manual_seed(0)
+    items = []
+    for _ in range(s.items):
+        n = rng.randint(*s.item_len)
+        prompt = rng.randint(n // 4, n // 2)
+        ids = torch.randint(0, s.vocab, (n,), generator=gen).tolist()
+        items.append(SAWItem(ids, [1] * n, [0] * prompt + [1] * (n - prompt), weight=rng.uniform(-1, 1)))
+    return items
+
+
+def bare_step(model, opt, mbs, num_tokens: float, device: torch.device) -> None:
+    """The old trainer's math, by hand: full-vocab fp32 log-softmax at every position."""
+    for mb in mbs:
+        ids, attn = mb.input_ids.to(device), mb.attention_mask.to(device)
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            logits = model(input_ids=ids, attention_mask=attn).logits
+        logp = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+        act, w = mb.action_mask[:, 1:].to(device), mb.weights.to(device)
+        loss = -(w[:, None] * logp * act).sum() / num_tokens
+        loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def section_trainer(args, s: Sizes, device: torch.device) -> None:
+    from ludic_core.algorithms import make_reinforce
+    from ludic_core.batching.collate import collate_micro_batches
+    from ludic_core.config import TrainerConfig
+    from ludic_core.training.trainer import Trainer
+
+    model, tok = build_model(s, device)
+    n_params = sum(p.numel() for p in model.parameters())
+    items = random_items(s)
+    cfg = TrainerConfig(lr=1e-5, micro_token_budget=s.budget, max_seq_len=s.item_len[1],
+                        device=args.device, dtype="bfloat16")
+    trainer = Trainer(model, make_reinforce(), FixedSource(items), cfg, tokenizer=tok)
+    mbs = collate_micro_batches(items, micro_token_budget=s.budget, pad_id=trainer.pad_id)
+    num_tokens = sum(mb.action_tokens for mb in mbs)
+    real = sum(mb.real_tokens for mb in mbs)
+    contestants = {  # the same model and AdamW: only the step's computation differs
+        "ludic Trainer": trainer.train_step,
+        "bare bf16 loop": lambda: bare_step(trainer.model, trainer.optimizer, mbs, num_tokens, device),
+    }
+    times, peak, resident, oom = interleave(contestants, args.repeats or s.train_steps, device,
+                                            on_oom=lambda: trainer.optimizer.zero_grad(set_to_none=True))
+    lengths = sorted(len(i) for i in items)
+    scorer = getattr(trainer, "scorer", None)
+    path = "fused lm_head, no logits" if getattr(scorer, "fused", False) else "chunked, from logits"
+    print(f"\n== trainer: {len(items)} items of {lengths[0]}..{lengths[-1]} tokens ({real} real), "
+          f"{len(mbs)} micro-batches at budget {s.budget}, bf16 autocast, N={n_params / 1e6:.0f}M params; "
+          f"Trainer log-probs: {path}")
+    print(f"{'loop':<18}{'median s':>9}{'tok/s':>9}{'MFU':>7}{'peak GiB':>10}{'resident':>9}")
+    tps = {}
+    for name in contestants:
+        if name in oom or not times[name]:
+            print(f"{name:<18}{'OOM':>9}")
+            continue
+        med = statistics.median(times[name])
+        tps[name] = real / med
+        mfu = f"{6 * n_params * tps[name] / (args.peak_tflops * 1e12) * 100:.1f}%" if device.type == "cuda" else "n/a"
+        mem = (gib(peak[name]), gib(resident[name])) if device.type == "cuda" else ("n/a", "n/a")
+        print(f"{name:<18}{med:>9.3f}{tps[name]:>9.0f}{mfu:>7}{mem[0]:>10}{mem[1]:>9}")
+    if len(tps) == 2:
+        line = f"ratio (Trainer / bare) tok/s: {tps['ludic Trainer'] / tps['bare bf16 loop']:.2f}x"
+        if device.type == "cuda":
+            line += f"   peak memory: {peak['ludic Trainer'] / peak['bare bf16 loop']:.2f}x"
+        print(line)
+
+
+# ---- generate -----------------------------------------------------------------------
+def section_generate(args, s: Sizes, device: torch.device) -> None:
+    from ludic_core.inference import ChatCompletionRequest, LocalChatClient, SamplingConfig
+
+    model, tok = build_model(s, device)
+    n = s.gen_tokens
+    client = LocalChatClient(model, tok, device=args.device, dtype="bfloat16", max_batch_size=max(s.gen_batches))
+    client._decoder.eos_ids = {-1}  # no real id: every row decodes exactly n tokens, as generate does
+    model, pad_id = client.model, client._decoder.pad_id
+    loop = asyncio.new_event_loop()
+    print(f"\n== generate: {n} new tokens per row, bf16, pure sampling (T=1), vocab {s.vocab}")
+    print(f"{'batch':>5}  {'engine':<17}{'tok/s':>9}{'median s':>10}")
+    for batch in s.gen_batches:
+        msgs, _ = arithmetic_messages(batch)
+        requests = [ChatCompletionRequest(messages=m, sampling=SamplingConfig(temperature=1.0, max_tokens=n, seed=i))
+                    for i, m in enumerate(msgs)]
+        prompts = [client.encode_prompt(r) for r in requests]
+        width = max(map(len, prompts))
+        ids = torch.full((batch, width), pad_id, dtype=torch.long)
+        mask = torch.zeros((batch, width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p):], mask[i, width - len(p):] = torch.tensor(p), 1
+        ids, mask = ids.to(device), mask.to(device)
+
+        def local() -> None:
+            async def go():
+                return await asyncio.gather(*(client.complete(r) for r in requests))
+            got = sum(len(resp.completion_token_ids) for resp, _ in loop.run_until_complete(go()))
+            assert got == batch * n, f"LocalChatClient made {got} tokens, expected {batch * n}"
+
+        def generate() -> None:
+            def run():
+                with torch.inference_mode():
+                    out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0,
+                                         top_k=0, top_p=1.0, max_new_tokens=n, min_new_tokens=n,
+                                         pad_token_id=pad_id)
+                sync(device)
+                return (out.shape[1] - width) * out.shape[0]
+            got = client._executor.submit(run).result()  # the decode thread: one torch thread pool
+            assert got == batch * n, f"generate made {got} tokens, expected {batch * n}"
+
+        times, _, _, oom = interleave({"LocalChatClient": local, "HF generate": generate},
+                                      args.repeats or s.gen_repeats, device)
+        tps = {k: batch * n / statistics.median(v) for k, v in times.items() if v}
+        for k in ("LocalChatClient", "HF generate"):
+            note = "  (+ log-probs)" if k == "LocalChatClient" else ""
+            cell = f"{tps[k]:>9.0f}{batch * n / tps[k]:>10.3f}" if k in tps else f"{'OOM':>9}"
+            print(f"{batch:>5}  {k:<17}{cell}{note}")
+        if len(tps) == 2:
+            print(f"{batch:>5}  ratio (local / generate): {tps['LocalChatClient'] / tps['HF generate']:.2f}x"
+                  f"   prompts {min(map(len, prompts))}..{width} tokens")
+    loop.close()
+
+
+# ---- GRPO step ---------------------------------------------------------------------
+def ludic_grpo(args, s: Sizes, device: torch.device, msgs, answers):
+    """A ludic GRPO trainer whose every train_step rolls out fresh groups."""
+    from ludic_core.agents import Agent
+    from ludic_core.algorithms import make_grpo
+    from ludic_core.batching.sources import RolloutBatchSource
+    from ludic_core.config import TrainerConfig
+    from ludic_core.envs import DatasetQAEnv, numeric_verifier
+    from ludic_core.inference import InferenceSpec, LocalChatClient, SamplingConfig
+    from ludic_core.interaction import SingleAgentSyncProtocol
+    from ludic_core.parsers import xml_tag_parser
+    from ludic_core.publish import InProcessPublisher
+    from ludic_core.rollout import EnvSpec, GRPORequestStrategy, ProtocolSpec, RolloutEngine, RolloutRequest
+    from ludic_core.training.trainer import Trainer
+
+    policy, tok = build_model(s, device)
+    client = LocalChatClient(copy.deepcopy(policy), tok, device=args.device, dtype="bfloat16",
+                             max_batch_size=s.prompts * s.group)
+    data = [{"question": m[1]["content"], "answer": a} for m, a in zip(msgs, answers)]
+    env = lambda: DatasetQAEnv(data, verifier=numeric_verifier, system_prompt=msgs[0][0]["content"])  # noqa: E731
+    agent = lambda: SingleAgentSyncProtocol(Agent(client, parser=xml_tag_parser("answer")))  # noqa: E731
+    engine = RolloutEngine({"qa": env}, {"single": agent}, max_concurrency=s.prompts * s.group)
+    spec = InferenceSpec(sampling=SamplingConfig(temperature=0.7, max_tokens=s.grpo_tokens))
+
+    def make_requests(i: int):
+        return [RolloutRequest(env=EnvSpec(kind="qa"), protocol=ProtocolSpec(kind="single"),
+                               env_seed=i * s.prompts + k, inference=spec) for k in range(s.prompts)]
+
+    algo = make_grpo(group_size=s.group, kl_coef=0.0)
+    source = RolloutBatchSource(engine, make_requests, algo, max_steps=1,
+                                strategy=GRPORequestStrategy(s.group, seed=0))
+    cfg = TrainerConfig(lr=1e-6, micro_token_budget=s.budget, max_seq_len=4096, device=args.device, dtype="bfloat16")
+    return Trainer(policy, algo, source, cfg, tokenizer=tok, publisher=InProcessPublisher(client)), source
+
+
+def trl_grpo(args, s: Sizes, device: torch.device, msgs, answers) -> tuple[list[float], list[float]] | None:
+    """TRL GRPOTrainer step times (after one warm-up step) and completion lengths; None without TRL."""
+    try:
+        import datasets
+        import trl
+        from transformers import PrinterCallback, TrainerCallback
+    except ImportError as exc:
+        print(f"TRL GRPOTrainer: skipped: {exc.name} not installed (the dev extra pins trl)")
+        return None
+    from transformers.utils import logging as hf_logging
+
+    from ludic_core.envs import numeric_verifier
+    from ludic_core.parsers import xml_tag_parser
+
+    hf_logging.set_verbosity_error()
+    warnings.filterwarnings("ignore", category=FutureWarning)  # transformers' renames, not ours to fix
+    parse = xml_tag_parser("answer")
+
+    def correct(completions, answer, **_):
+        return [1.0 if (a := parse(c[0]["content"]).action) is not None and numeric_verifier(a, gold) else 0.0
+                for c, gold in zip(completions, answer)]
+
+    class StepClock(TrainerCallback):
+        def __init__(self): self.ticks, self.lengths = [], []
+        def on_train_begin(self, *a, **kw): sync(device); self.ticks.append(time.perf_counter())
+        def on_step_end(self, *a, **kw): sync(device); self.ticks.append(time.perf_counter())
+        def on_log(self, _args, _state, _control, logs=None, **kw):
+            if logs and "completions/mean_length" in logs:
+                self.lengths.append(logs["completions/mean_length"])
+
+    model, tok = build_model(s, device)
+    dataset = datasets.Dataset.from_list([{"prompt": m, "answer": a} for m, a in zip(msgs, answers)])
+    clock = StepClock()
+    with tempfile.TemporaryDirectory() as out:
+        config = trl.GRPOConfig(
+            output_dir=out, per_device_train_batch_size=s.prompts * s.group, gradient_accumulation_steps=1,
+            num_generations=s.group, max_completion_length=s.grpo_tokens, temperature=0.7, top_p=1.0, top_k=0,
+            beta=0.0, bf16=True, use_vllm=False, gradient_checkpointing=False, learning_rate=1e-6,
+            max_grad_norm=1.0, max_steps=1 + s.grpo_steps, logging_steps=1, report_to="none",
+            save_strategy="no", shuffle_dataset=False, use_cpu=device.type == "cpu", seed=0, disable_tqdm=True)
+        trainer = trl.GRPOTrainer(model=model, reward_funcs=correct, args=config, train_dataset=dataset,
+                                  processing_class=tok, callbacks=[clock])
+        trainer.remove_callback(PrinterCallback)
+        trainer.train()
+    del trainer, model
+    steps = [b - a for a, b in zip(clock.ticks, clock.ticks[1:])]
+    print(f"(TRL {trl.__version__}, datasets {datasets.__version__})")
+    return steps[1:], clock.lengths[1:]
+
+
+def section_grpo(args, s: Sizes, device: torch.device) -> None:
+    n_steps = args.repeats or s.grpo_steps
+    s = dataclasses.replace(s, grpo_steps=n_steps)
+    msgs, answers = arithmetic_messages(s.prompts * (n_steps + 2))
+    print(f"\n== GRPO step: {s.prompts} prompts x {s.group} completions, <= {s.grpo_tokens} new tokens, "
+          f"T=0.7, KL 0, bf16, no vLLM")
+    trainer, source = ludic_grpo(args, s, device, msgs, answers)
+    ludic, rollout_s, lengths = [], [], []
+
+    def ludic_steps(k: int) -> None:
+        for _ in range(k):
+            sync(device)
+            t0 = time.perf_counter()
+            trainer.train_step()
+            sync(device)
+            ludic.append(time.perf_counter() - t0)
+            rollout_s.append(source.engine.stats["seconds"])
+            rs = source.last_rollouts
+            lengths.append(sum(len(st.trace.completion_token_ids) for r in rs for st in r.steps if st.trace)
+                           / max(len(rs), 1))
+
+    ludic_steps(1 + (n_steps + 1) // 2)  # warm-up, then A ...
+    del ludic[0], rollout_s[0], lengths[0]
+    trl_result = trl_grpo(args, s, device, msgs, answers)  # ... B ...
+    ludic_steps(n_steps // 2)  # ... A
+    med = statistics.median(ludic)
+    stats = trainer.publisher.client.stats
+    print(f"ludic decoded {stats['requests']} requests in {stats['batches']} batches (largest {stats['max_batch']})")
+    print(f"{'trainer':<18}{'median step s':>14}{'rollout s':>10}{'mean completion':>16}")
+    print(f"{'ludic':<18}{med:>14.3f}{statistics.median(rollout_s):>10.3f}{statistics.mean(lengths):>16.1f}")
+    if trl_result and trl_result[0]:
+        steps, trl_lengths = trl_result
+        trl_med = statistics.median(steps)
+        mean_len = f"{statistics.mean(trl_lengths):>16.1f}" if trl_lengths else f"{'?':>16}"
+        print(f"{'TRL GRPOTrainer':<18}{trl_med:>14.3f}{'-':>10}{mean_len}")
+        print(f"ratio (TRL step s / ludic step s): {trl_med / med:.2f}x   (> 1: ludic faster)")
+
+
+SECTIONS = {"trainer": section_trainer, "generate": section_generate, "grpo": section_grpo}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda", help="cuda | cuda:N | cpu (cpu: with --small, to prove the code path)")
+    ap.add_argument("--small", action="store_true", help="tiny model and batches (for a CPU run in minutes)")
+    ap.add_argument("--sections", nargs="+", choices=list(SECTIONS), default=list(SECTIONS))
+    ap.add_argument("--repeats", type=int, help="timed steps / runs per contestant (default: per section)")
+    ap.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak for MFU (H100 SXM: 989)")
+    args = ap.parse_args()
+    if args.device != "cpu" and not cuda_available():
+        print("no CUDA: nothing to measure (run on a GPU machine)")
+        return 0
+    device = resolve_device(args.device)
+    s = SMALL if args.small else FULL
+    import transformers
+
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu, {torch.get_num_threads()} threads"
+    print(f"device: {name}; torch {torch.__version__}, transformers {transformers.__version__}; "
+          f"model: {s.layers} layers, hidden {s.hidden}, heads {s.heads}/{s.kv_heads}, MLP {s.intermediate}, "
+          f"vocab {s.vocab} ({'small' if args.small else 'Qwen2.5-0.5B shape'}, random weights)")
+    for section in args.sections:
+        SECTIONS[section](args, s, device)
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
