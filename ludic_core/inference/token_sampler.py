@@ -10,8 +10,9 @@ chosen token ids need to reach the host. Randomness is counter-based: the
 uniform that row r uses at decode step t is a hash of (r's seed, t), so a
 request's sample depends on its own seed only, never on its batch-mates, and no
 per-row generator object (nor a host round trip) is needed. Sampling is by
-inverse CDF in float64: one uniform per row and step, exact for token
-probabilities down to ~1e-16.
+inverse CDF: one 53-bit uniform per row and step against fp32 probabilities
+summed in float64, so even a token of probability 1e-12 at the far end of a
+151,936-token vocabulary keeps its own interval (a float32 sum would round it away).
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ def sample_tokens(
     token k with probability p_k (zero-probability tokens are never drawn).
     """
     logp = sampling_logprobs(logits, temperature, top_p)
-    cdf = logp.double().exp().cumsum(dim=-1)
+    cdf = logp.exp().cumsum(dim=-1, dtype=torch.float64)  # fp32 probabilities, summed in fp64
     target = (uniforms * cdf[:, -1]).unsqueeze(-1)
     sampled = torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp_max(logp.shape[-1] - 1)
     greedy = torch.argmax(logits, dim=-1)
