@@ -74,6 +74,17 @@ def tiny_model_and_tokenizer(tiny_model_dir):
 
 
 @pytest.fixture(scope="session")
+def sft_items(tiny_model_and_tokenizer):
+    """SFT items from 24 minimax-teacher games (wins and draws kept)."""
+    from ludic_core.algorithms import make_sft
+    from ludic_core.recipes.tic_tac_toe import keep_by_reward, teacher_rollouts
+
+    _, tok = tiny_model_and_tokenizer
+    kept, _ = keep_by_reward(teacher_rollouts(tok, games=24, seed=3), min_reward=0.5)
+    return make_sft().prepare(kept).items
+
+
+@pytest.fixture(scope="session")
 def format_tuned_model_dir(tiny_model_dir, tmp_path_factory):
     """The tiny model after a few seconds of plain cross-entropy on teacher replies.
 

@@ -21,18 +21,10 @@ from ludic_core.batching.sources import OfflineBatchSource
 from ludic_core.config import TrainerConfig
 from ludic_core.inference import ChatCompletionRequest, LocalChatClient, SamplingConfig
 from ludic_core.models import load_model_and_tokenizer
-from ludic_core.recipes.tic_tac_toe import keep_by_reward, teacher_rollouts
 from ludic_core.training.trainer import Trainer
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def sft_items(tiny_model_and_tokenizer):
-    _, tok = tiny_model_and_tokenizer
-    kept, _ = keep_by_reward(teacher_rollouts(tok, games=16, seed=3), min_reward=0.5)
-    return make_sft().prepare(kept).items
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -14,17 +14,9 @@ from ludic_core.config import LoRAConfig, TrainerConfig
 from ludic_core.inference import LocalChatClient
 from ludic_core.models import load_model_and_tokenizer
 from ludic_core.publish import InProcessPublisher
-from ludic_core.recipes.tic_tac_toe import keep_by_reward, teacher_rollouts
 from ludic_core.training.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def sft_items(tiny_model_and_tokenizer):
-    _, tok = tiny_model_and_tokenizer
-    kept, _ = keep_by_reward(teacher_rollouts(tok, games=24, seed=3), min_reward=0.5)
-    return make_sft().prepare(kept).items
 
 
 def _trainer(model_dir, items, **cfg) -> Trainer:
