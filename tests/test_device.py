@@ -96,3 +96,9 @@ def test_trainer_puts_the_model_on_its_device(tiny_model_dir, device):
     cpu = Trainer(model, make_sft(), None, TrainerConfig(device="cpu"),
                   tokenizer=tok)
     assert {p.device.type for p in cpu.model.parameters()} == {"cpu"} and cpu.ctx.device.type == "cpu"
+
+
+def test_torch_free_configs_accept_exactly_the_device_specs_of_ludic_core_device():
+    from ludic_core import config, device
+
+    assert config._DEVICE_PATTERN == device.DEVICE_PATTERN  # stated twice: configs must not import torch
