@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from ludic_core.frozen import FrozenModel
 
 __all__ = [
     "ReinforceConfig",
@@ -32,24 +34,20 @@ _DEVICE_DOC = "auto (CUDA when present, else CPU) | cpu | cuda | cuda:N"
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 
 
-class _Config(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class ReinforceConfig(_Config):
+class ReinforceConfig(FrozenModel):
     """Plain REINFORCE on the episode return (no baseline)."""
 
     type: Literal["reinforce"] = "reinforce"
     gamma: float = Field(1.0, ge=0.0, le=1.0, description="discount for per-step returns")
 
 
-class ReinforceBaselineConfig(_Config):
+class ReinforceBaselineConfig(FrozenModel):
     """REINFORCE minus the batch-mean return: same expectation, less variance."""
 
     type: Literal["reinforce_baseline"] = "reinforce_baseline"
 
 
-class GRPOConfig(_Config):
+class GRPOConfig(FrozenModel):
     """Group-normalised returns + token-level clipped surrogate (+ optional KL)."""
 
     type: Literal["grpo"] = "grpo"
@@ -61,7 +59,7 @@ class GRPOConfig(_Config):
     entropy_coef: float = Field(0.0, ge=0.0)
 
 
-class GSPOConfig(_Config):
+class GSPOConfig(FrozenModel):
     """Group-normalised returns + sequence-level clipped ratio (GSPO)."""
 
     type: Literal["gspo"] = "gspo"
@@ -70,7 +68,7 @@ class GSPOConfig(_Config):
     clip_high: float = Field(4e-4, ge=0.0)
 
 
-class CISPOConfig(_Config):
+class CISPOConfig(FrozenModel):
     """Group-normalised returns + clipped, detached importance weights (CISPO)."""
 
     type: Literal["cispo"] = "cispo"
@@ -78,13 +76,13 @@ class CISPOConfig(_Config):
     eps_high: float = Field(2.0, gt=0.0, description="IS weight capped at 1 + eps_high")
 
 
-class SFTConfig(_Config):
+class SFTConfig(FrozenModel):
     """Masked cross-entropy on the completion tokens (behaviour cloning)."""
 
     type: Literal["sft"] = "sft"
 
 
-class ScaleRLConfig(_Config):
+class ScaleRLConfig(FrozenModel):
     """ScaleRL recipe: CISPO loss, group-mean centring with batch-level std, and
     zero-variance groups filtered out (they carry no signal)."""
 
@@ -107,14 +105,14 @@ AlgorithmConfig = Annotated[
 ]
 
 
-class LoRAConfig(_Config):
+class LoRAConfig(FrozenModel):
     r: int = Field(8, ge=1)
     alpha: int = Field(16, ge=1)
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
     target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 
-class TrainerConfig(_Config):
+class TrainerConfig(FrozenModel):
     """Optimisation settings. Each field is one decision; defaults suit tiny models."""
 
     lr: float = Field(1e-3, gt=0.0)
@@ -148,7 +146,7 @@ class TrainerConfig(_Config):
         return self
 
 
-class LocalInferenceConfig(_Config):
+class LocalInferenceConfig(FrozenModel):
     """The in-process inference engine (`LocalChatClient`): where it decodes."""
 
     device: str = Field("auto", pattern=_DEVICE_PATTERN, description=_DEVICE_DOC)

@@ -9,18 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
+from ludic_core.frozen import FrozenModel
 from ludic_core.types import Message
 
 __all__ = ["SamplingConfig", "ReturnSpec", "InferenceSpec", "ChatCompletionRequest"]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class SamplingConfig(_Frozen):
+class SamplingConfig(FrozenModel):
     """How to sample one completion.
 
     temperature == 0 means greedy decoding; its reported log-probs are then those
@@ -49,21 +46,21 @@ class SamplingConfig(_Frozen):
         return v
 
 
-class ReturnSpec(_Frozen):
+class ReturnSpec(FrozenModel):
     """What the backend must return besides text."""
 
     return_token_ids: bool = True
     return_logprobs: bool = True
 
 
-class InferenceSpec(_Frozen):
+class InferenceSpec(FrozenModel):
     """Sampling + return settings an agent uses for every call of an episode."""
 
     sampling: SamplingConfig = SamplingConfig()
     returns: ReturnSpec = ReturnSpec()
 
 
-class ChatCompletionRequest(_Frozen):
+class ChatCompletionRequest(FrozenModel):
     """One chat completion call, backend-agnostic."""
 
     messages: tuple[dict[str, Any], ...]

@@ -33,18 +33,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from ludic_core.frozen import FrozenModel
 from ludic_core.inference.errors import InferenceServerError
 
 __all__ = ["VLLMServerConfig", "VLLMServer", "start_vllm_server", "stop_server_pid", "detect_build",
            "resolve_python", "free_port", "pid_alive"]
 
 
-class VLLMServerConfig(BaseModel):
+class VLLMServerConfig(FrozenModel):
     """How to launch a vLLM server (the model directory is given separately)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     python: str | None = Field(None, description="interpreter with vLLM; default: $LUDIC_VLLM_PYTHON, "
                                                  "then .venv-vllm (see `ludic serve --setup`)")

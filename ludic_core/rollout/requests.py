@@ -9,28 +9,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from ludic_core.frozen import FrozenModel
 from ludic_core.inference.sampling import InferenceSpec
 
 __all__ = ["EnvSpec", "ProtocolSpec", "RolloutRequest"]
 
 
-class _Data(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class EnvSpec(_Data):
+class EnvSpec(FrozenModel):
     kind: str = Field(min_length=1, description="key in the engine's env registry")
     kwargs: dict[str, Any] = Field(default_factory=dict)
 
 
-class ProtocolSpec(_Data):
+class ProtocolSpec(FrozenModel):
     kind: str = Field(min_length=1, description="key in the engine's protocol registry")
     kwargs: dict[str, Any] = Field(default_factory=dict)
 
 
-class RolloutRequest(_Data):
+class RolloutRequest(FrozenModel):
     env: EnvSpec
     protocol: ProtocolSpec
     num_episodes: int = Field(1, ge=1)
