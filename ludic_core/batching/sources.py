@@ -9,7 +9,6 @@ a resumed run continues where it stopped instead of replaying data.
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
@@ -95,21 +94,11 @@ class RolloutBatchSource:
 
 
 def chat_example_to_item(messages: Sequence[Message], tokenizer: Any, *, meta: dict | None = None) -> SAWItem:
-    """SFT item from a chat: train on the final assistant message (plus eos),
-    conditioned on everything before it rendered with the chat template."""
-    if not messages or messages[-1].get("role") != "assistant":
-        raise ValueError("a chat example must end with an assistant message (the training target)")
-    prompt_text = tokenizer.apply_chat_template(list(messages[:-1]), add_generation_prompt=True, tokenize=False)
-    prompt = list(tokenizer.encode(prompt_text, add_special_tokens=False))
-    completion = list(tokenizer.encode(messages[-1]["content"] or "", add_special_tokens=False))
-    completion.append(tokenizer.eos_token_id)
-    return SAWItem(
-        input_ids=prompt + completion,
-        attention_mask=[1] * (len(prompt) + len(completion)),
-        action_mask=[0] * len(prompt) + [1] * len(completion),
-        weight=1.0,
-        meta=dict(meta or {}),
-    )
+    """SFT item from a chat: every assistant turn (plus eos) is trained, conditioned on
+    everything before it rendered with the chat template (see `batching.chat`)."""
+    from ludic_core.batching.chat import chat_to_item
+
+    return chat_to_item(messages, tokenizer, meta=meta)
 
 
 class OfflineBatchSource:
@@ -146,9 +135,10 @@ class OfflineBatchSource:
 
     @classmethod
     def from_chat_jsonl(cls, path: str | Path, tokenizer: Any, **kw: Any) -> OfflineBatchSource:
-        with Path(path).open(encoding="utf-8") as f:
-            examples = [json.loads(line) for line in f if line.strip()]
-        return cls.from_chat_examples(examples, tokenizer, **kw)
+        """Chats from a JSONL file or a `datasets` directory (loss on every assistant turn)."""
+        from ludic_core.batching.chat import chat_items
+
+        return cls(chat_items(path, tokenizer), **kw)
 
     def _shuffled(self, epoch: int) -> list[int]:
         order = list(range(len(self.items)))
