@@ -25,14 +25,17 @@ def plain_chain(run: Path, a: argparse.Namespace) -> None:
     from ludic_core.models import build_tiny_model, load_model_and_tokenizer
     from ludic_core.recipes.tic_tac_toe import evaluate_tic_tac_toe, keep_by_reward, teacher_rollouts
     from ludic_core.rejection import rollouts_to_dataset, save_dataset
-    from ludic_core.training.stage import DatasetData, StageSpec, TicTacToeRLData, run_stage
+    from ludic_core.models import tokenizer_fingerprint
+    from ludic_core.recipes.tic_tac_toe import AGENT, ENV
+    from ludic_core.training.stage import DatasetData, RolloutData, StageSpec, run_stage
 
     model = str(build_tiny_model(run / "models" / "tiny-1m", "tiny-1m", seed=0))
     evaluate_tic_tac_toe(LocalChatClient(model), games_per_mark=a.eval_games)
     _, tok = load_model_and_tokenizer(model)
     (run / "rejection").mkdir(parents=True, exist_ok=True)
     rollouts = teacher_rollouts(tok, games=a.teacher_games, seed=1, jsonl_path=str(run / "rejection" / "r.jsonl"))
-    dataset = str(save_dataset(rollouts_to_dataset(keep_by_reward(rollouts, min_reward=1.0)[0]), run / "rejection" / "dataset"))
+    kept = keep_by_reward(rollouts, min_reward=1.0)[0]
+    dataset = str(save_dataset(rollouts_to_dataset(kept, tokenizer=tokenizer_fingerprint(tok)), run / "rejection" / "dataset"))
     sft_trainer = TrainerConfig(lr=2e-3, warmup_steps=10, schedule="cosine", total_steps=a.sft_steps,
                                 micro_token_budget=16384, max_seq_len=512)
     sft = StageSpec(model_path=model, checkpoint_dir=str(run / "sft" / "checkpoints"), algorithm=SFTConfig(),
@@ -44,7 +47,7 @@ def plain_chain(run: Path, a: argparse.Namespace) -> None:
     sft_model = res["model_path"]
     evaluate_tic_tac_toe(LocalChatClient(sft_model), games_per_mark=a.eval_games)
     rl = StageSpec(model_path=sft_model, checkpoint_dir=str(run / "rl" / "checkpoints"),
-                   algorithm=GRPOConfig(group_size=8), data=TicTacToeRLData(group_size=8, temperature=0.7), until_step=a.rl_steps,
+                   algorithm=GRPOConfig(group_size=8), data=RolloutData(env=ENV, agent=AGENT.model_copy(update={"sampling": AGENT.sampling.model_copy(update={"temperature": 0.7})})), until_step=a.rl_steps,
                    trainer=TrainerConfig(lr=1e-4, micro_token_budget=16384, max_seq_len=512),
                    metrics_path=str(run / "rl" / "metrics.jsonl"))
     per = max(a.rl_steps // 2, 1)
@@ -56,8 +59,8 @@ def plain_chain(run: Path, a: argparse.Namespace) -> None:
 def prefect_chain(run: Path, a: argparse.Namespace) -> None:
     from flows.demo import DemoConfig, demo
 
-    demo(DemoConfig(run_dir=str(run), teacher_games=a.teacher_games, sft_steps=a.sft_steps, rl_steps=a.rl_steps,
-                    eval_games=a.eval_games, progress_bar=False))
+    demo(DemoConfig(run_dir=str(run), teacher_episodes=a.teacher_games, sft_steps=a.sft_steps, rl_steps=a.rl_steps,
+                    eval_episodes=2 * a.eval_games, progress_bar=False))
 
 
 def main() -> None:

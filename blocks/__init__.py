@@ -5,9 +5,8 @@ Prefect server (secrets encrypted) and turned into plain dicts by
 Register the types once with `prefect block register -m blocks`, or just
 `.save()` one (saving registers its type)."""
 
-from blocks.checkpoint_store import CheckpointStore
 from blocks.inference import InferenceEndpoint
 from blocks.redis_queue import RedisQueue
 from blocks.wandb import WandbSettings
 
-__all__ = ["CheckpointStore", "InferenceEndpoint", "RedisQueue", "WandbSettings"]
+__all__ = ["InferenceEndpoint", "RedisQueue", "WandbSettings"]

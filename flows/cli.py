@@ -1,10 +1,12 @@
 """`ludic` command line.
 
 `ludic demo` is the README's main command: the demo chain (rejection sampling
--> SFT -> RL on tic-tac-toe) as Prefect flows on the embedded Prefect API, CPU
-only, a tiny model built offline, ending with a table of win+draw rates.
-`ludic run FLOW --config FILE` runs any flow with a YAML/JSON config validated
-by that flow's config model; `ludic model tiny` builds a model directory;
+-> SFT -> RL, tic-tac-toe by default, `--recipe arithmetic` too) as Prefect
+flows on the embedded Prefect API, CPU only, a tiny model built offline,
+ending with a table of evaluations. `ludic run FLOW --config FILE` runs any
+flow with a YAML/JSON config validated by that flow's config model, and
+checked (paths, env names) before Prefect starts; `ludic run FLOW --example`
+prints a complete, commented config; `ludic model tiny` builds a model directory;
 `ludic serve --setup` installs vLLM into its own environment and `ludic serve
 --model DIR` runs a vLLM server for a model directory until interrupted.
 """
@@ -17,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from ludic_core.recipes.recipe import RECIPES
 
 __all__ = ["main", "FLOWS"]
 
@@ -53,11 +57,11 @@ def read_config_file(path: str) -> dict:
     return data
 
 
-def _print_table(rows: list[dict]) -> None:
+def _print_table(rows: list[dict], title: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="tic-tac-toe vs a random opponent (greedy)")
+    table = Table(title=title)
     for col in rows[0]:
         table.add_column(col, justify="left" if col == "stage" else "right")
     for row in rows:
@@ -68,22 +72,29 @@ def _print_table(rows: list[dict]) -> None:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from flows.demo import DemoConfig, demo
 
-    overrides = {k: v for k, v in {"run_dir": args.out, "sft_steps": args.sft_steps, "rl_steps": args.rl_steps,
-                                   "teacher_games": args.teacher_games, "eval_games": args.eval_games}.items()
+    overrides = {k: v for k, v in {"recipe": args.recipe, "run_dir": args.out, "sft_steps": args.sft_steps,
+                                   "rl_steps": args.rl_steps, "teacher_episodes": args.teacher_episodes,
+                                   "eval_episodes": args.eval_episodes}.items()
                  if v is not None}
     cfg = DemoConfig(**overrides)
     start = time.perf_counter()
     result = demo(cfg)
-    _print_table(result["rows"])
-    print(f"demo chain done in {time.perf_counter() - start:.0f} s; outputs under {cfg.run_dir}")
+    _print_table(result["rows"], f"{result['recipe']}: greedy evaluation ({cfg.eval_episodes} episodes)")
+    print(f"demo chain done in {time.perf_counter() - start:.0f} s; outputs under {cfg.out}")
     for stage, path in result["lineage"].items():
         print(f"  {stage}: {path}")
     return 0
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    if args.example:
+        from flows.examples import example_config
+
+        print(example_config(args.flow))
+        return 0
     flow_fn, cfg_cls = load_flow(args.flow)
     cfg = cfg_cls.model_validate(read_config_file(args.config) if args.config else {})
+    cfg.preflight()  # paths and env names, before the Prefect API starts
     result = flow_fn(cfg)
     print(json.dumps(result, indent=2, default=str))
     return 0
@@ -161,16 +172,18 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ludic", description="Ludic on Prefect")
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="rejection sampling -> SFT -> RL on tic-tac-toe (embedded Prefect, CPU)")
-    demo.add_argument("--out", help="run directory (default runs/demo)")
+    demo = sub.add_parser("demo", help="rejection sampling -> SFT -> RL on a recipe (embedded Prefect, CPU)")
+    demo.add_argument("--recipe", choices=list(RECIPES), help=f"default {RECIPES[0]}")
+    demo.add_argument("--out", help="run directory (default runs/demo/RECIPE)")
     demo.add_argument("--sft-steps", type=int)
     demo.add_argument("--rl-steps", type=int)
-    demo.add_argument("--teacher-games", type=int)
-    demo.add_argument("--eval-games", type=int)
+    demo.add_argument("--teacher-episodes", type=int)
+    demo.add_argument("--eval-episodes", type=int)
     demo.set_defaults(func=_cmd_demo)
     run = sub.add_parser("run", help="run a flow with a YAML/JSON config file")
     run.add_argument("flow", choices=sorted(FLOWS))
     run.add_argument("--config", help="YAML or JSON file validated by the flow's config model")
+    run.add_argument("--example", action="store_true", help="print a complete, commented example config and exit")
     run.set_defaults(func=_cmd_run)
     model = sub.add_parser("model", help="build models offline")
     model_sub = model.add_subparsers(dest="model_command", required=True)

@@ -1,7 +1,9 @@
-"""The demo chain: rejection sampling -> SFT -> RL on tic-tac-toe, tiny model, CPU.
+"""The demo chain: rejection sampling -> SFT -> RL, tiny model, CPU, on a recipe.
 
-Each stage's output path is the next stage's input and is recorded in a
-lineage artifact; evaluations before SFT, after SFT and after RL become a table
+The generic flows with one recipe's settings (`ludic_core.recipes`:
+tic-tac-toe by default, or arithmetic): nothing here knows a game. Each
+stage's output path is the next stage's input and is recorded in a lineage
+artifact; evaluations before SFT, after SFT and after RL become a table
 artifact and the flow's return value. Re-running after a crash skips the
 stages whose outputs exist.
 """
@@ -18,55 +20,68 @@ from flows.rejection_sampling import RejectionSamplingConfig, rejection_sampling
 from flows.rl_train import RLTrainConfig, rl_train
 from flows.sft import SFTFlowConfig, sft
 from ludic_core.config import GRPOConfig, TrainerConfig
-from ludic_core.training.stage import TicTacToeRLData
+from ludic_core.recipes.policy import ModelPolicy, ScriptedPolicy
+from ludic_core.recipes.recipe import RECIPES, Recipe, get_recipe
 from tasks.artifacts import lineage_artifact, table_artifact
 from tasks.evaluation import evaluate_policy
 from tasks.models import build_model
 
 
 class DemoConfig(FlowConfig):
-    run_dir: str = Field("runs/demo", description="everything the chain writes goes here")
+    recipe: Literal[RECIPES] = Field(RECIPES[0], description="env, agent and teacher settings")  # type: ignore[valid-type]
+    run_dir: str | None = Field(None, description="everything the chain writes goes here (None = runs/demo/RECIPE)")
     preset: Literal["tiny-1m", "tiny-10m"] = "tiny-1m"
     seed: int = 0
-    teacher_games: int = Field(4096, ge=1)
+    teacher_episodes: int = Field(4096, ge=1, description="episodes the teacher plays for rejection sampling")
     sft_steps: int = Field(400, ge=1)
     sft_lr: float = Field(2e-3, gt=0, description="peak SFT learning rate (cosine decay to 0)")
     rl_steps: int = Field(30, ge=1)
     rl_lr: float = Field(1e-4, gt=0)
-    rl_temperature: float = Field(0.7, gt=0, description="sampling temperature of RL rollouts")
-    group_size: int = Field(8, ge=2)
-    eval_games: int = Field(200, ge=1, description="greedy games per mark per evaluation")
+    group_size: int = Field(8, ge=2, description="GRPO samples per prompt")
+    eval_episodes: int = Field(400, ge=1, description="greedy episodes per evaluation")
     launcher: Literal["in_process", "torchrun"] = "in_process"
     progress_bar: bool = Field(True, description="console progress bars for training stages")
 
+    @property
+    def out(self) -> str:
+        return self.run_dir or f"runs/demo/{self.recipe}"
 
-def _row(stage: str, m: dict[str, float]) -> dict:
-    return {"stage": stage, "X legal": round(m["X/legal_move_rate"], 3), "X win+draw": round(m["X/win_draw_rate"], 3),
-            "O legal": round(m["O/legal_move_rate"], 3), "O win+draw": round(m["O/win_draw_rate"], 3)}
+
+def _row(stage: str, recipe: Recipe, m: dict[str, float]) -> dict:
+    return {"stage": stage, **{col: round(m.get(key, float("nan")), 3) for col, key in recipe.table.items()}}
 
 
-@flow(name="demo", log_prints=True)
+def _evaluate(model_path: str, recipe: Recipe, cfg: DemoConfig) -> dict[str, float]:
+    seeds = list(range(recipe.eval_seed, recipe.eval_seed + cfg.eval_episodes))
+    return evaluate_policy(ModelPolicy(model_path=model_path), recipe.eval_env, recipe.agent, seeds=seeds)
+
+
+@flow(name="demo")
 def demo(cfg: DemoConfig) -> dict:
-    run = cfg.run_dir
+    recipe, run = get_recipe(cfg.recipe), cfg.out
     model_path = build_model(f"{run}/models/{cfg.preset}", cfg.preset, cfg.seed)
-    rows = [_row("before SFT", evaluate_policy(model_path, games_per_mark=cfg.eval_games))]
+    rows = [_row("before SFT", recipe, _evaluate(model_path, recipe, cfg))]
     dataset = rejection_sampling(RejectionSamplingConfig(
-        model_path=model_path, out_dir=f"{run}/rejection", games=cfg.teacher_games, seed=cfg.seed + 1))
+        env=recipe.env, agent=recipe.agent, student_path=model_path, prompts=cfg.teacher_episodes,
+        teacher=ScriptedPolicy(policy=recipe.teacher, kwargs=recipe.teacher_kwargs),
+        keep=recipe.keep, out_dir=f"{run}/rejection"))
     sft_model = sft(SFTFlowConfig(
         model_path=model_path, dataset_path=dataset, out_dir=f"{run}/sft", steps=cfg.sft_steps,
         steps_per_stage=max(cfg.sft_steps // 4, 1), launcher=cfg.launcher, progress_bar=cfg.progress_bar,
         trainer=TrainerConfig(lr=cfg.sft_lr, warmup_steps=10, schedule="cosine", total_steps=cfg.sft_steps,
                               micro_token_budget=16384, max_seq_len=512)))
-    rows.append(_row("after SFT", evaluate_policy(sft_model, games_per_mark=cfg.eval_games)))
+    rows.append(_row("after SFT", recipe, _evaluate(sft_model, recipe, cfg)))
+    agent = recipe.agent.model_copy(update={"sampling": recipe.agent.sampling.model_copy(
+        update={"temperature": recipe.rl_temperature})})
     rl_model = rl_train(RLTrainConfig(
-        model_path=sft_model, out_dir=f"{run}/rl", algorithm=GRPOConfig(group_size=cfg.group_size),
-        data=TicTacToeRLData(group_size=cfg.group_size, temperature=cfg.rl_temperature), steps=cfg.rl_steps,
+        model_path=sft_model, out_dir=f"{run}/rl", env=recipe.env, agent=agent,
+        algorithm=GRPOConfig(group_size=cfg.group_size), steps=cfg.rl_steps,
         trainer=TrainerConfig(lr=cfg.rl_lr, micro_token_budget=16384, max_seq_len=512),
-        steps_per_stage=max(cfg.rl_steps // 2, 1), eval_games=0, launcher=cfg.launcher,
+        steps_per_stage=max(cfg.rl_steps // 2, 1), eval_episodes=0, launcher=cfg.launcher,
         progress_bar=cfg.progress_bar))
-    rows.append(_row("after RL", evaluate_policy(rl_model, games_per_mark=cfg.eval_games)))
-    table_artifact("demo-results", rows, f"tic-tac-toe vs random, {cfg.eval_games} greedy games per mark")
+    rows.append(_row("after RL", recipe, _evaluate(rl_model, recipe, cfg)))
+    table_artifact("demo-results", rows, f"{recipe.name}: {cfg.eval_episodes} greedy episodes per evaluation")
     lineage = {"model": model_path, "rejection sampling dataset": dataset, "SFT model": sft_model,
                "RL model": rl_model}
     lineage_artifact("demo-lineage", lineage)
-    return {"rows": rows, "lineage": lineage}
+    return {"rows": rows, "lineage": lineage, "recipe": recipe.name}

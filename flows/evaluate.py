@@ -1,31 +1,45 @@
-"""Evaluate a policy: tic-tac-toe legal-move and win/draw rates as X and O."""
+"""Evaluate any policy on any env: N episodes x k samples -> a table artifact."""
 
 from __future__ import annotations
-
-from typing import Literal
 
 from prefect import flow
 from pydantic import Field
 
-from flows.common import FlowConfig
-from ludic_core.config import LocalInferenceConfig
+from flows.common import FlowConfig, require_model_dir
+from flows.policies import PolicyConfig, served
+from ludic_core.recipes.configs import AgentConfig, EnvConfig
 from tasks.artifacts import table_artifact
 from tasks.evaluation import evaluate_policy
 
 
 class EvaluateConfig(FlowConfig):
-    model_path: str = Field(description="HF model dir (a checkpoint's model/ works)")
-    games_per_mark: int = Field(200, ge=1)
-    opponent: Literal["random", "minimax"] = "random"
-    temperature: float = Field(0.0, ge=0.0, description="0 = greedy")
-    local: LocalInferenceConfig = Field(LocalInferenceConfig(), description="where the policy decodes")
+    policy: PolicyConfig = Field(description="model dir (in-process) | vLLM server | scripted policy (a baseline)")
+    env: EnvConfig
+    agent: AgentConfig = AgentConfig()
+    episodes: int = Field(200, ge=1, description="prompts (env seeds from `seed`)")
+    samples: int = Field(1, ge=1, description="samples per prompt; pass@k is reported for k = samples")
+    seed: int = Field(100_000, description="first env seed")
+    temperature: float | None = Field(0.0, ge=0.0, description="0 = greedy; None = the agent's sampling temperature")
+    success_threshold: float = Field(1.0, description="an episode succeeds when its return is >= this")
+
+    def preflight(self) -> None:
+        from ludic_core.recipes.build import check_env
+
+        path = getattr(self.policy, "model_path", None)
+        if path is not None:
+            require_model_dir("policy.model_path", path)
+        check_env(self.env)
 
 
-@flow(name="evaluate", log_prints=True)
+@flow(name="evaluate")
 def evaluate(cfg: EvaluateConfig) -> dict[str, float]:
-    metrics = evaluate_policy(cfg.model_path, games_per_mark=cfg.games_per_mark, opponent=cfg.opponent,
-                              temperature=cfg.temperature, local=cfg.local)
-    rows = [{"mark": m, **{k.split("/", 1)[1]: round(v, 4) for k, v in metrics.items() if k.startswith(m)}}
-            for m in ("X", "O")]
-    table_artifact("evaluation", rows, f"{cfg.model_path} vs {cfg.opponent}")
+    cfg.preflight()
+    with served(cfg.policy) as (endpoint, key):
+        metrics = evaluate_policy(cfg.policy, cfg.env, cfg.agent,
+                                  seeds=list(range(cfg.seed, cfg.seed + cfg.episodes)), samples=cfg.samples,
+                                  temperature=cfg.temperature, success_threshold=cfg.success_threshold,
+                                  endpoint=endpoint, api_key=key)
+    rows = [{"metric": k, "value": round(v, 4)} for k, v in metrics.items()]
+    subject = getattr(cfg.policy, "model_path", None) or getattr(cfg.policy, "policy", None) or cfg.policy.kind
+    table_artifact("evaluation", rows, f"{subject} on {cfg.env.name}")
     return metrics

@@ -1,33 +1,49 @@
-"""Rejection sampling: teacher rollouts -> keep by reward -> a `datasets` dataset."""
+"""Rejection sampling: a teacher plays any env -> keep by a rule -> a chat dataset."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
 
 from prefect import flow, get_run_logger
 from pydantic import Field
 
-from flows.common import FlowConfig
+from flows.common import FlowConfig, require_model_dir
+from flows.policies import PolicyConfig, served
+from ludic_core.recipes.configs import AgentConfig, EnvConfig, SeedSchedule
+from ludic_core.rejection import KeepRule
 from tasks.artifacts import table_artifact
 from tasks.rollouts import rejection_sample
 
 
 class RejectionSamplingConfig(FlowConfig):
-    """Games by a scripted minimax teacher through the LLM stack, filtered by return."""
+    """A teacher's episodes through the student's agent stack, filtered by a keep rule."""
 
-    model_path: str = Field(description="model dir whose tokenizer renders the traces")
-    out_dir: str = Field("runs/demo/rejection", description="where the dataset is written")
-    games: int = Field(4096, ge=1, description="teacher games to sample")
-    min_reward: float = Field(1.0, description="keep episodes with return >= this (1 = wins)")
-    opponent: Literal["random", "minimax"] = "random"
-    tie_break: Literal["preference", "random"] = Field(
-        "preference", description="teacher's choice among equally good moves (preference: centre, corners, edges)")
-    seed: int = 1
+    env: EnvConfig
+    agent: AgentConfig = AgentConfig()
+    teacher: PolicyConfig = Field(description="scripted policy | model dir (in-process) | vLLM server")
+    student_path: str | None = Field(
+        None, description="the student's model dir: scripted replies are tokenised with its tokenizer, and exact "
+                          "token ids are stored when the teacher's tokenizer is the same; None = messages only")
+    prompts: int = Field(4096, ge=1, description="env seeds (prompts) to sample")
+    samples_per_prompt: int = Field(1, ge=1, description="episodes per prompt")
+    schedule: SeedSchedule = Field(SeedSchedule(start=1), description="which env seeds")
+    keep: KeepRule = Field(KeepRule(min_return=1.0), description="which episodes to keep")
+    out_dir: str = Field("runs/rejection", description="where the dataset is written")
+
+    def preflight(self) -> None:
+        from ludic_core.recipes.build import check_env
+
+        if self.student_path is not None:
+            require_model_dir("student_path", self.student_path)
+        for field in ("model_path",):
+            path = getattr(self.teacher, field, None)
+            if path is not None:
+                require_model_dir(f"teacher.{field}", path)
+        check_env(self.env)
 
 
-@flow(name="rejection_sampling", log_prints=True)
+@flow(name="rejection_sampling")
 def rejection_sampling(cfg: RejectionSamplingConfig) -> str:
     """Returns the dataset path. Skipped when a finished dataset already exists."""
     done = Path(cfg.out_dir) / "done.json"
@@ -35,8 +51,11 @@ def rejection_sampling(cfg: RejectionSamplingConfig) -> str:
         result = json.loads(done.read_text())
         get_run_logger().info("rejection sampling already done: %s", result["dataset_path"])
         return result["dataset_path"]
-    result = rejection_sample(cfg.model_path, cfg.out_dir, games=cfg.games, seed=cfg.seed,
-                              min_reward=cfg.min_reward, opponent=cfg.opponent, tie_break=cfg.tie_break)
-    table_artifact("rejection-sampling", [{k: v for k, v in result.items()}], "rejection sampling outcome")
+    cfg.preflight()
+    with served(cfg.teacher) as (endpoint, key):
+        result = rejection_sample(cfg.teacher, cfg.env, cfg.agent, student_path=cfg.student_path,
+                                  prompts=cfg.prompts, samples=cfg.samples_per_prompt, schedule=cfg.schedule,
+                                  keep=cfg.keep, out_dir=cfg.out_dir, endpoint=endpoint, api_key=key)
+    table_artifact("rejection-sampling", [dict(result)], f"rejection sampling on {cfg.env.name}")
     done.write_text(json.dumps(result))
     return result["dataset_path"]

@@ -1,5 +1,5 @@
-"""RL training: rollouts from the current policy -> credit -> train, in
-checkpointed stages, with an evaluation after every stage."""
+"""RL training on any env: rollouts from the current policy -> credit -> train,
+in checkpointed stages, with an evaluation after every stage."""
 
 from __future__ import annotations
 
@@ -7,22 +7,30 @@ from contextlib import nullcontext
 from typing import Literal
 
 from prefect import flow, get_run_logger
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from flows.common import FlowConfig
+from flows.common import FlowConfig, require_model_dir
+from flows.loggers import wandb_spec
 from flows.staging import run_stages
 from flows.vllm_inference import VLLMSettings, vllm_inference
 from ludic_core.config import AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig
-from ludic_core.training.stage import StageSpec, TicTacToeRLData
+from ludic_core.recipes.configs import AgentConfig, EnvConfig, SeedSchedule
+from ludic_core.recipes.policy import ModelPolicy
+from ludic_core.training.stage import RolloutData, StageSpec
+from ludic_core.training.stage_spec import group_size_of
 from tasks.artifacts import learning_curve_artifact, table_artifact
 from tasks.evaluation import evaluate_policy
 
 
 class RLTrainConfig(FlowConfig):
     model_path: str = Field(description="initial policy (e.g. the SFT model dir)")
-    out_dir: str = Field("runs/demo/rl", description="checkpoints and metrics")
-    algorithm: AlgorithmConfig = GRPOConfig(group_size=8)
-    data: TicTacToeRLData = TicTacToeRLData()
+    out_dir: str = Field("runs/rl", description="checkpoints and metrics")
+    env: EnvConfig
+    agent: AgentConfig = AgentConfig()
+    algorithm: AlgorithmConfig = Field(GRPOConfig(group_size=8),
+                                       description="its group_size is the samples per prompt (stated only here)")
+    requests_per_step: int = Field(8, ge=1, description="prompts (env seeds) per step")
+    schedule: SeedSchedule = Field(SeedSchedule(start=1_000), description="env seeds of consecutive steps")
     steps: int = Field(20, ge=1)
     steps_per_stage: int = Field(10, ge=1)
     trainer: TrainerConfig = TrainerConfig(lr=1e-4, micro_token_budget=16384, max_seq_len=512)
@@ -31,23 +39,43 @@ class RLTrainConfig(FlowConfig):
     vllm: VLLMSettings = Field(VLLMSettings(), description="the vLLM server (inference: vllm only)")
     local: LocalInferenceConfig = Field(
         LocalInferenceConfig(), description="the in-process engine: rollouts (inference: local) and evaluation")
-    eval_games: int = Field(100, ge=0, description="greedy games per mark after each stage (0 = off)")
+    eval_env: EnvConfig | None = Field(None, description="env of the evaluations after each stage (None = env)")
+    eval_episodes: int = Field(100, ge=0, description="greedy episodes after each stage (0 = off)")
+    eval_seed: int = Field(100_000, description="first env seed of those evaluations")
     launcher: Literal["in_process", "torchrun"] = "in_process"
     nproc: int = Field(2, ge=1)
     progress_bar: bool = Field(False, description="console progress bars for the stages")
+    wandb_block: str | None = Field(None, description="name of a WandbSettings block: log the stages to wandb")
+
+    @model_validator(mode="after")
+    def _group_size_stated(self) -> RLTrainConfig:
+        group_size_of(self.algorithm)  # a group algorithm without group_size fails here, naming it
+        return self
+
+    def preflight(self) -> None:
+        from ludic_core.recipes.build import check_env
+
+        require_model_dir("model_path", self.model_path)
+        check_env(self.env)
+        if self.eval_env is not None:
+            check_env(self.eval_env)
 
 
-@flow(name="rl_train", log_prints=True)
+@flow(name="rl_train")
 def rl_train(cfg: RLTrainConfig) -> str:
     """Returns the final checkpoint's model directory. Evaluation runs in-process
     on each stage's checkpoint, whichever inference the rollouts use."""
+    cfg.preflight()
     serving = (vllm_inference(cfg.vllm, cfg.model_path, launcher=cfg.launcher, nproc=cfg.nproc)
                if cfg.inference == "vllm" else nullcontext((None, None)))
     with serving as (endpoint, run_one):
         spec = StageSpec(model_path=cfg.model_path, checkpoint_dir=f"{cfg.out_dir}/checkpoints",
-                         algorithm=cfg.algorithm, trainer=cfg.trainer, data=cfg.data, until_step=cfg.steps,
-                         metrics_path=f"{cfg.out_dir}/metrics.jsonl", progress_bar=cfg.progress_bar, vllm=endpoint,
-                         local=cfg.local)
+                         algorithm=cfg.algorithm, trainer=cfg.trainer, until_step=cfg.steps,
+                         data=RolloutData(env=cfg.env, agent=cfg.agent, requests_per_step=cfg.requests_per_step,
+                                          schedule=cfg.schedule),
+                         metrics_path=f"{cfg.out_dir}/metrics.jsonl", progress_bar=cfg.progress_bar,
+                         title=f"RL ({cfg.algorithm.type})", vllm=endpoint, local=cfg.local,
+                         wandb=wandb_spec(cfg.wandb_block, run_name=f"rl:{cfg.out_dir}", directory=cfg.out_dir))
         return _train_and_evaluate(cfg, spec, run_one)
 
 
@@ -56,11 +84,12 @@ def _train_and_evaluate(cfg: RLTrainConfig, spec: StageSpec, run_one) -> str:
     for target in list(range(cfg.steps_per_stage, cfg.steps, cfg.steps_per_stage)) + [cfg.steps]:
         result = run_stages(spec, total_steps=target, steps_per_stage=cfg.steps_per_stage,
                             launcher=cfg.launcher, nproc=cfg.nproc, title=f"RL to step {target}", run_one=run_one)
-        if cfg.eval_games:
-            m = evaluate_policy(result["model_path"], games_per_mark=cfg.eval_games, local=cfg.local)
-            evals.append({"step": result["step"], **{k: round(v, 3) for k, v in m.items() if "rate" in k}})
-            get_run_logger().info("eval at step %d: X win+draw %.3f, O win+draw %.3f",
-                                  result["step"], m["X/win_draw_rate"], m["O/win_draw_rate"])
+        if cfg.eval_episodes:
+            m = evaluate_policy(ModelPolicy(model_path=result["model_path"], local=cfg.local), cfg.eval_env or cfg.env,
+                                cfg.agent, seeds=list(range(cfg.eval_seed, cfg.eval_seed + cfg.eval_episodes)))
+            evals.append({"step": result["step"], **{k: round(v, 4) for k, v in m.items()}})
+            get_run_logger().info("eval at step %d: mean return %.3f, success rate %.3f",
+                                  result["step"], m["mean_return"], m["success_rate"])
     if evals:
         table_artifact("rl-evaluations", evals, "greedy evaluation after each RL stage")
     learning_curve_artifact("rl-learning-curve", spec.metrics_path, fields=("loss", "reward_mean"))

@@ -1,4 +1,4 @@
-"""SFT: a token-level dataset -> a checkpoint, in checkpointed stages."""
+"""SFT: chat data -> a checkpoint, in checkpointed stages."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from typing import Literal
 from prefect import flow
 from pydantic import Field
 
-from flows.common import FlowConfig
+from flows.common import FlowConfig, require_model_dir, require_path
+from flows.loggers import wandb_spec
 from flows.staging import run_stages
 from ludic_core.config import SFTConfig, TrainerConfig
 from ludic_core.training.stage import DatasetData, StageSpec
@@ -16,8 +17,12 @@ from tasks.artifacts import learning_curve_artifact
 
 class SFTFlowConfig(FlowConfig):
     model_path: str = Field(description="initial weights (HF model dir)")
-    dataset_path: str = Field(description="dataset written by rejection_sampling")
-    out_dir: str = Field("runs/demo/sft", description="checkpoints and metrics")
+    dataset_path: str = Field(description="a rejection_sampling dataset, any `datasets` directory or a .jsonl file "
+                                          "with chat `messages` (loss on assistant turns)")
+    use: Literal["auto", "tokens", "messages"] = Field(
+        "auto", description="auto = stored token ids when they came from this model's tokenizer, else the messages "
+                            "rendered with its chat template")
+    out_dir: str = Field("runs/sft", description="checkpoints and metrics")
     steps: int = Field(400, ge=1)
     steps_per_stage: int = Field(100, ge=1, description="each stage ends in a checkpoint")
     batch_size: int = Field(64, ge=1)
@@ -26,15 +31,22 @@ class SFTFlowConfig(FlowConfig):
     launcher: Literal["in_process", "torchrun"] = "in_process"
     nproc: int = Field(2, ge=1, description="processes per stage under torchrun")
     progress_bar: bool = Field(False, description="console progress bars for the stages")
+    wandb_block: str | None = Field(None, description="name of a WandbSettings block: log the stages to wandb")
+
+    def preflight(self) -> None:
+        require_model_dir("model_path", self.model_path)
+        require_path("dataset_path", self.dataset_path, "dataset")
 
 
-@flow(name="sft", log_prints=True)
+@flow(name="sft")
 def sft(cfg: SFTFlowConfig) -> str:
     """Returns the final checkpoint's model directory."""
+    cfg.preflight()
     spec = StageSpec(model_path=cfg.model_path, checkpoint_dir=f"{cfg.out_dir}/checkpoints",
                      algorithm=SFTConfig(), trainer=cfg.trainer, until_step=cfg.steps,
-                     data=DatasetData(path=cfg.dataset_path, batch_size=cfg.batch_size),
-                     metrics_path=f"{cfg.out_dir}/metrics.jsonl", progress_bar=cfg.progress_bar)
+                     data=DatasetData(path=cfg.dataset_path, batch_size=cfg.batch_size, use=cfg.use),
+                     metrics_path=f"{cfg.out_dir}/metrics.jsonl", progress_bar=cfg.progress_bar, title="SFT",
+                     wandb=wandb_spec(cfg.wandb_block, run_name=f"sft:{cfg.out_dir}", directory=cfg.out_dir))
     result = run_stages(spec, total_steps=cfg.steps, steps_per_stage=cfg.steps_per_stage,
                         launcher=cfg.launcher, nproc=cfg.nproc, title="SFT")
     learning_curve_artifact("sft-learning-curve", spec.metrics_path, fields=("loss",))

@@ -20,6 +20,7 @@ from prefect import get_run_logger
 from pydantic import Field, SecretStr
 
 from flows.common import FlowConfig
+from flows.policies import endpoint_from_block
 from ludic_core.inference.vllm_server import VLLMServerConfig
 from ludic_core.publish.vllm import WeightPushError
 from ludic_core.training.stage import StageSpec, VLLMEndpoint
@@ -40,15 +41,6 @@ class VLLMSettings(FlowConfig):
     bucket_mb: int = Field(64, ge=1, description="weight-push bucket size")
 
 
-def _from_block(name: str) -> tuple[str, str, str | None]:
-    from blocks import InferenceEndpoint
-
-    conf = InferenceEndpoint.load(name).to_config()
-    if conf["kind"] != "vllm" or not conf["base_url"]:
-        raise ValueError(f"InferenceEndpoint block {name!r} must have kind 'vllm' and a base_url")
-    return conf["base_url"], conf["model_path"] or "policy", conf["api_key"]
-
-
 @contextmanager
 def vllm_inference(settings: VLLMSettings, model_path: str, *, launcher: str,
                    nproc: int) -> Iterator[tuple[VLLMEndpoint, Callable[[StageSpec], dict]]]:
@@ -56,7 +48,8 @@ def vllm_inference(settings: VLLMSettings, model_path: str, *, launcher: str,
     log = get_run_logger()
     state: dict = {"server": None}
     if settings.endpoint_block:
-        base_url, model, key = _from_block(settings.endpoint_block)
+        endpoint = endpoint_from_block(settings.endpoint_block)
+        base_url, model, key = endpoint["base_url"], endpoint["model"], endpoint["api_key"]
     else:
         key = secrets.token_urlsafe(24)
         state["server"] = start_server(model_path, settings.server, SecretStr(key))

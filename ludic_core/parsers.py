@@ -16,6 +16,7 @@ __all__ = [
     "ParseResult",
     "Parser",
     "identity_parser",
+    "identity",
     "xml_tag_parser",
     "think_prefix_parser",
     "boxed_parser",
@@ -40,6 +41,11 @@ Parser = Callable[[str], ParseResult]
 def identity_parser(text: str) -> ParseResult:
     """Accept any text; the action is the stripped completion."""
     return ParseResult(text.strip())
+
+
+def identity() -> Parser:
+    """The identity parser as a factory, like the others (configs name factories)."""
+    return identity_parser
 
 
 def xml_tag_parser(

@@ -1,43 +1,104 @@
-"""Rejection sampling output as a `datasets.Dataset` of token-level examples.
+"""Rejection sampling: keep the good episodes, store them as an SFT dataset.
 
-Kept episodes become one row per model call, carrying the exact prompt and
-completion token ids (plus text for people), so SFT trains on what the
-sampler produced with no re-tokenisation. Saved with `save_to_disk`, the
-dataset is a path a pipeline can hand from stage to stage.
+One row per model call of every kept episode, in the Hugging Face chat
+convention (`messages`: what the model saw, then its reply), so any student
+can learn from any teacher: a student whose tokenizer differs renders the
+messages with its own chat template. When the teacher's tokenizer *is* the
+student's (same fingerprint), the exact prompt and completion ids are stored
+too and SFT trains on them with no re-tokenisation. Saved with
+`save_to_disk`, the dataset is a path a pipeline hands from stage to stage.
 """
 
 from __future__ import annotations
 
+import json
+from collections import defaultdict
 from pathlib import Path
 from typing import Any, Sequence
 
+from pydantic import Field
+
 from ludic_core.batching.saw import SAWItem
+from ludic_core.frozen import FrozenModel
 from ludic_core.types import Rollout
 
-__all__ = ["rollouts_to_dataset", "save_dataset", "load_saw_items"]
+__all__ = ["KeepRule", "keep_episodes", "rollouts_to_dataset", "save_dataset", "load_saw_items", "load_sft_items"]
 
-COLUMNS = ("prompt_token_ids", "completion_token_ids", "completion_text", "reward", "rollout_id", "step_index")
+COLUMNS = ("messages", "prompt_token_ids", "completion_token_ids", "tokenizer", "completion_text", "reward",
+           "rollout_id", "group_id", "step_index")
 
 
-def rollouts_to_dataset(rollouts: Sequence[Rollout]) -> Any:
-    """One row per traced step of every rollout (steps without a trace are skipped)."""
+class KeepRule(FrozenModel):
+    """Which sampled episodes become training data (all conditions apply)."""
+
+    min_return: float | None = Field(None, description="keep episodes whose return is >= this (None = any)")
+    best_of_group: bool = Field(False, description="per prompt (group of samples), keep only the best episode")
+    dedupe: bool = Field(False, description="drop episodes whose every observation and reply repeats a kept one")
+
+
+def _episode_key(r: Rollout) -> str:
+    return json.dumps([[s.prev_obs, s.action] for s in r.steps])
+
+
+def keep_episodes(rollouts: Sequence[Rollout], rule: KeepRule) -> tuple[list[Rollout], dict[str, float]]:
+    """Finished episodes that pass `rule`, in sampling order; plus counts for the run's report."""
+    ok = [r for r in rollouts if not r.failed and r.steps]
+    if rule.min_return is not None:
+        ok = [r for r in ok if r.total_reward >= rule.min_return]
+    if rule.best_of_group:
+        best: dict[Any, Rollout] = {}
+        for r in ok:  # ties keep the first sample
+            g = r.meta.get("group_id") or r.id
+            if g not in best or r.total_reward > best[g].total_reward:
+                best[g] = r
+        chosen = {id(r) for r in best.values()}
+        ok = [r for r in ok if id(r) in chosen]
+    if rule.dedupe:
+        seen: set[str] = set()
+        unique = []
+        for r in ok:
+            key = _episode_key(r)
+            if key not in seen:
+                seen.add(key)
+                unique.append(r)
+        ok = unique
+    n = len(rollouts)
+    failed = sum(r.failed for r in rollouts)
+    return ok, {"sampled": float(n), "failed": float(failed), "kept": float(len(ok)),
+                "keep_rate": len(ok) / max(n, 1),
+                "mean_return": sum(r.total_reward for r in rollouts if not r.failed) / max(n - failed, 1)}
+
+
+def rollouts_to_dataset(rollouts: Sequence[Rollout], *, tokenizer: str | None = None) -> Any:
+    """One row per model call (unparseable replies are skipped: not worth imitating).
+
+    `tokenizer`: the fingerprint of the tokenizer the traces' ids came from, when
+    a student may train on them as they are; None stores messages only.
+    """
     from datasets import Dataset, Features, Sequence as Seq, Value
 
     rows: dict[str, list] = {c: [] for c in COLUMNS}
     for r in rollouts:
         for s in r.steps:
-            if s.trace is None or not s.trace.completion_token_ids:
+            prompt = s.info.get("prompt_messages")
+            if s.info.get("parse_error") or (prompt is None and s.trace is None):
                 continue
-            rows["prompt_token_ids"].append(list(s.trace.prompt_token_ids))
-            rows["completion_token_ids"].append(list(s.trace.completion_token_ids))
+            ids = tokenizer is not None and s.trace is not None and bool(s.trace.completion_token_ids)
+            messages = [{"role": m["role"], "content": m.get("content") or ""} for m in prompt or []]
+            rows["messages"].append(messages + [{"role": "assistant", "content": s.action}])
+            rows["prompt_token_ids"].append(list(s.trace.prompt_token_ids) if ids else [])
+            rows["completion_token_ids"].append(list(s.trace.completion_token_ids) if ids else [])
+            rows["tokenizer"].append(tokenizer if ids else "")
             rows["completion_text"].append(s.action)
             rows["reward"].append(float(r.total_reward))
             rows["rollout_id"].append(r.id)
+            rows["group_id"].append(str(r.meta.get("group_id") or ""))
             rows["step_index"].append(int(s.index))
     features = Features({
+        "messages": [{"role": Value("string"), "content": Value("string")}],
         "prompt_token_ids": Seq(Value("int64")), "completion_token_ids": Seq(Value("int64")),
-        "completion_text": Value("string"), "reward": Value("float64"),
-        "rollout_id": Value("string"), "step_index": Value("int64"),
+        "tokenizer": Value("string"), "completion_text": Value("string"), "reward": Value("float64"),
+        "rollout_id": Value("string"), "group_id": Value("string"), "step_index": Value("int64"),
     })  # explicit, so an empty result (nothing kept) is still a valid dataset
     return Dataset.from_dict(rows, features=features)
 
@@ -48,7 +109,7 @@ def save_dataset(dataset: Any, path: str | Path) -> Path:
 
     if len(dataset) == 0:
         raise ValueError(f"refusing to write an empty dataset to {path}: rejection sampling kept nothing "
-                         "(lower min_reward or sample more episodes)")
+                         "(loosen the keep rule or sample more episodes)")
     out = Path(path)
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -58,8 +119,13 @@ def save_dataset(dataset: Any, path: str | Path) -> Path:
     return out
 
 
+def _token_item(p: list[int], c: list[int], weight: float, meta: dict) -> SAWItem:
+    return SAWItem(input_ids=p + c, attention_mask=[1] * (len(p) + len(c)), action_mask=[0] * len(p) + [1] * len(c),
+                   weight=weight, meta=meta)
+
+
 def load_saw_items(path: str | Path, *, weight: float = 1.0) -> list[SAWItem]:
-    """SFT items (train on completions) from a dataset written by `save_dataset`."""
+    """SFT items from the stored token ids (train on completions)."""
     from datasets import load_from_disk
 
     ds = load_from_disk(str(path))
@@ -71,9 +137,38 @@ def load_saw_items(path: str | Path, *, weight: float = 1.0) -> list[SAWItem]:
     items = []
     for i, row in enumerate(ds):
         p, c = list(row["prompt_token_ids"]), list(row["completion_token_ids"])
-        items.append(SAWItem(
-            input_ids=p + c, attention_mask=[1] * (len(p) + len(c)),
-            action_mask=[0] * len(p) + [1] * len(c), weight=weight,
-            meta={"row": i, "rollout_id": row.get("rollout_id")},
-        ))
+        if not c:
+            raise ValueError(f"dataset at {path}, row {i}: no token ids (a teacher with another tokenizer); "
+                             "train on its messages instead (load_sft_items)")
+        items.append(_token_item(p, c, weight, {"row": i, "rollout_id": row.get("rollout_id")}))
     return items
+
+
+def load_sft_items(path: str | Path, tokenizer: Any, *, use: str = "auto") -> tuple[list[SAWItem], str]:
+    """SFT items for a student with `tokenizer`, and which data was used.
+
+    `use`: "tokens" (the stored ids), "messages" (render the chats with the
+    student's template, loss on assistant turns), or "auto": tokens when every
+    row's ids came from a tokenizer with the student's fingerprint, else
+    messages. `path` may also be a JSONL file or any `datasets` directory with
+    a `messages` column.
+    """
+    from ludic_core.batching.chat import chat_items
+    from ludic_core.models.fingerprint import tokenizer_fingerprint
+
+    if use not in ("auto", "tokens", "messages"):
+        raise ValueError(f"use must be auto, tokens or messages, got {use!r}")
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"no dataset at {p}")
+    if use == "auto":
+        use = "messages"
+        if p.is_dir():
+            from datasets import load_from_disk
+
+            ds = load_from_disk(str(p))
+            if "tokenizer" in ds.column_names and len(ds) and set(ds["tokenizer"]) == {tokenizer_fingerprint(tokenizer)}:
+                use = "tokens"
+            elif "messages" not in ds.column_names and "prompt_token_ids" in ds.column_names:
+                use = "tokens"  # an id-only dataset (older format): its ids are all there is
+    return (load_saw_items(p) if use == "tokens" else chat_items(p, tokenizer)), use

@@ -1,18 +1,23 @@
-"""Evaluation task: a policy's tic-tac-toe rates as X and as O."""
+"""Evaluation task: any policy on any env -> a flat metrics dict."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from prefect import task
 from prefect.cache_policies import NO_CACHE
+from pydantic import SecretStr
 
-from ludic_core.config import LocalInferenceConfig
-from ludic_core.inference import LocalChatClient
-from ludic_core.recipes.tic_tac_toe import evaluate_tic_tac_toe
+from ludic_core.eval import evaluate_policy as evaluate
+from ludic_core.recipes.configs import AgentConfig, EnvConfig
+from ludic_core.recipes.policy import open_client
 
 
-@task(name="evaluate-tic-tac-toe", cache_policy=NO_CACHE, retries=1)
-def evaluate_policy(model_path: str, *, games_per_mark: int, opponent: str = "random",
-                    temperature: float = 0.0, local: LocalInferenceConfig | None = None) -> dict[str, float]:
-    client = LocalChatClient(model_path, **(local or LocalInferenceConfig()).model_dump())
-    return evaluate_tic_tac_toe(client, games_per_mark=games_per_mark, opponent=opponent,
-                                temperature=temperature)
+@task(name="evaluate-policy", cache_policy=NO_CACHE, retries=1)
+def evaluate_policy(policy: Any, env: EnvConfig, agent: AgentConfig, *, seeds: list[int], samples: int = 1,
+                    temperature: float | None = 0.0, success_threshold: float = 1.0, endpoint: dict | None = None,
+                    api_key: SecretStr | None = None) -> dict[str, float]:
+    ep = {**endpoint, "api_key": api_key.get_secret_value() if api_key else None} if endpoint else None
+    client, _ = open_client(policy, None, ep)  # a scripted policy needs no tokenizer to be scored
+    return evaluate(client, env, agent, seeds=seeds, samples=samples, temperature=temperature,
+                    success_threshold=success_threshold)

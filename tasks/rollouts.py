@@ -1,32 +1,36 @@
-"""Rollout collection and rejection-sampling tasks (idempotent, so retried)."""
+"""Rejection sampling as a task (idempotent: it rewrites its outputs, so it is retried)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Any
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
+from pydantic import SecretStr
 
-from ludic_core.models import load_model_and_tokenizer
-from ludic_core.recipes.tic_tac_toe import keep_by_reward, teacher_rollouts
-from ludic_core.rejection import rollouts_to_dataset, save_dataset
+from ludic_core.recipes.configs import AgentConfig, EnvConfig, SeedSchedule
+from ludic_core.recipes.policy import open_client
+from ludic_core.recipes.rejection_sampling import rejection_sample as sample
+from ludic_core.rejection import KeepRule
 
 
-@task(name="rejection-sample-teacher", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=1)
-def rejection_sample(model_path: str, out_dir: str, *, games: int, seed: int, min_reward: float,
-                     opponent: str = "random", tie_break: str = "preference") -> dict:
-    """Teacher games through the LLM stack -> keep by reward -> `datasets` dataset on disk.
+@task(name="rejection-sample", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=1)
+def rejection_sample(teacher: Any, env: EnvConfig, agent: AgentConfig, *, student_path: str | None,
+                     prompts: int, samples: int, schedule: SeedSchedule, keep: KeepRule, out_dir: str,
+                     endpoint: dict | None = None, api_key: SecretStr | None = None) -> dict:
+    tokenizer = None
+    if student_path:
+        from transformers import AutoTokenizer
 
-    Rewrites its outputs from scratch, so a retry after a transient failure is safe.
-    """
-    _, tok = load_model_and_tokenizer(model_path)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    jsonl = out / "rollouts.jsonl"
-    jsonl.unlink(missing_ok=True)
-    rollouts = teacher_rollouts(tok, games=games, seed=seed, opponent=opponent, tie_break=tie_break,
-                                jsonl_path=str(jsonl))
-    kept, stats = keep_by_reward(rollouts, min_reward=min_reward)
-    path = save_dataset(rollouts_to_dataset(kept), out / "dataset")
-    get_run_logger().info("kept %d/%d episodes -> %s", len(kept), len(rollouts), path)
-    return {"dataset_path": str(path), "rollouts_path": str(jsonl), **stats}
+        tokenizer = AutoTokenizer.from_pretrained(student_path)
+    ep = {**endpoint, "api_key": api_key.get_secret_value() if api_key else None} if endpoint else None
+    client, fingerprint = open_client(teacher, tokenizer, ep)
+    if tokenizer is not None and fingerprint is not None:
+        from ludic_core.models import tokenizer_fingerprint
+
+        fingerprint = fingerprint if fingerprint == tokenizer_fingerprint(tokenizer) else None
+    result = sample(client, env, agent, seeds=schedule.seeds(prompts), samples=samples, keep=keep,
+                    out_dir=out_dir, fingerprint=fingerprint if student_path else None)
+    get_run_logger().info("kept %d of %d episodes (%s) -> %s", result["kept"], result["sampled"],
+                          "token ids + messages" if result["token_ids"] else "messages only", result["dataset_path"])
+    return result

@@ -69,6 +69,7 @@ class Agent:
         self.model = model
         self.truncation_penalty = truncation_penalty
         self._sampling_temperature: float | None = None
+        self._prompt_messages: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------ episode hooks
 
@@ -110,6 +111,8 @@ class Agent:
         messages = self.context.messages()
         if not messages:
             raise ValueError("Agent.act called with an empty context; call reset()/on_env_reset() first")
+        # recorded on the step: what the model saw, so the call can become a chat SFT example
+        self._prompt_messages = [dict(m) for m in messages]
         sampling = spec.sampling
         # recorded on the step: the trainer scores ratios at the temperature sampled at
         self._sampling_temperature = sampling.temperature
@@ -154,5 +157,6 @@ class Agent:
             "policy_version": response.policy_version,
             "truncated_completion": truncated,
             "sampling_temperature": self._sampling_temperature,
+            "prompt_messages": self._prompt_messages,
         }
         return AgentAction(response.text, parse, response, traces, info)

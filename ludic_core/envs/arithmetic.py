@@ -9,11 +9,19 @@ level (one +/- of numbers up to 20) is learnable by a very small model.
 from __future__ import annotations
 
 import random
-from typing import Literal
+import re
+from typing import Callable, Literal
 
 from ludic_core.envs.dataset_qa import DatasetQAEnv, gsm8k_target_parser, numeric_verifier
+from ludic_core.types import Message
 
-__all__ = ["generate_arithmetic_problems", "ArithmeticEnv", "ARITHMETIC_SYSPROMPT"]
+__all__ = [
+    "generate_arithmetic_problems",
+    "ArithmeticEnv",
+    "ARITHMETIC_SYSPROMPT",
+    "arithmetic_oracle",
+    "solve_arithmetic_question",
+]
 
 Difficulty = Literal["easy", "medium", "hard"]
 _DIFFICULTIES = ("easy", "medium", "hard")
@@ -168,3 +176,88 @@ class ArithmeticEnv(DatasetQAEnv):
             index=index,
         )
         self.difficulty = difficulty
+
+
+# --- The oracle: solves the question text, the way a reader would. ---------
+# Event patterns come from the generator's own tables, so a phrase added there
+# is understood here; an unknown phrase is an error, never a silent guess.
+_NAME_RE = r"[A-Z][a-z]+"
+_EVENT_PATTERNS = tuple(
+    (sign, re.compile(re.escape(phrase).replace(r"\{k\}", r"(\d+)").replace(r"\{m\}", _NAME_RE)))
+    for sign, phrase in _PERSON_EVENTS + _BOX_EVENTS
+)
+_PRODUCT_EACH = re.compile(rf"{_NAME_RE} buys (\d+) [a-z]+ with (\d+) [a-z]+ in each [a-z]+")
+_HAS_AND_BUYS = re.compile(rf"{_NAME_RE} has (\d+) [a-z]+ and buys (\d+) [a-z]+ of (\d+) [a-z]+ each")
+_HAS_AND = re.compile(rf"{_NAME_RE} has (\d+) [a-z]+ and (.+)")
+_HAS = re.compile(rf"{_NAME_RE} has (\d+) [a-z]+")
+_THERE = re.compile(r"There (?:is|are) (\d+) [a-z]+ in an? [a-z]+")
+_ACTS = re.compile(rf"(?:Then )?{_NAME_RE} (.+)")
+
+
+def _event_delta(phrase: str) -> int | None:
+    for sign, pattern in _EVENT_PATTERNS:
+        m = pattern.fullmatch(phrase)
+        if m:
+            return sign * int(m[1])
+    return None
+
+
+def _intro(sentence: str) -> tuple[int, list[str]] | None:
+    """The starting total of the first sentence and any event it already names."""
+    if m := _PRODUCT_EACH.fullmatch(sentence):
+        return int(m[1]) * int(m[2]), []
+    if m := _HAS_AND_BUYS.fullmatch(sentence):
+        return int(m[1]) + int(m[2]) * int(m[3]), []
+    if m := _HAS_AND.fullmatch(sentence):
+        return int(m[1]), [m[2]]
+    if m := _HAS.fullmatch(sentence) or _THERE.fullmatch(sentence):
+        return int(m[1]), []
+    return None
+
+
+def solve_arithmetic_question(question: str) -> int:
+    """The answer to a `generate_arithmetic_problems` question, read from its text.
+
+    Sentences are: an intro (a start amount, or a product), event sentences
+    ("Tom buys 3 more, then loses 2."), and a final "How many ...?". Raises
+    ValueError quoting the question if any part is not understood.
+    """
+    *statements, ask = re.split(r"(?<=[.?])\s+", question.strip())
+    intro = _intro(statements[0].removesuffix(".")) if statements else None
+    if intro is None or not (ask.startswith("How many ") and ask.endswith("?")):
+        raise ValueError(f"arithmetic_oracle cannot parse question {question!r}")
+    total, phrases = intro
+    for sentence in statements[1:]:
+        m = _ACTS.fullmatch(sentence.removesuffix("."))
+        if m is None or not sentence.endswith("."):
+            raise ValueError(f"arithmetic_oracle cannot parse {sentence!r} in question {question!r}")
+        phrases += m[1].split(", then ")
+    for phrase in phrases:
+        delta = _event_delta(phrase)
+        if delta is None:
+            raise ValueError(f"arithmetic_oracle cannot parse event {phrase!r} in question {question!r}")
+        total += delta
+    return total
+
+
+def _last_user_text(messages: list[Message]) -> str:
+    for message in reversed(messages):
+        if message.get("role") == "user" and isinstance(message.get("content"), str):
+            return message["content"]
+    raise ValueError("arithmetic_oracle: no user message with a question to answer")
+
+
+def arithmetic_oracle() -> Callable[[list[Message]], str]:
+    """The teacher for rejection sampling on `ArithmeticEnv` (registered policy
+    `arithmetic_oracle`): answers the last user message as "<answer>N</answer>",
+    the format the agent's `xml_tag` parser (tag `answer`) reads.
+
+    It solves the question from its text rather than looking it up, so it
+    answers any seed, size or difficulty, and a problem it cannot read fails
+    loudly instead of teaching a wrong answer.
+    """
+
+    def policy(messages: list[Message]) -> str:
+        return f"<answer>{solve_arithmetic_question(_last_user_text(messages))}</answer>"
+
+    return policy

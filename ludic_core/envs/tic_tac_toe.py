@@ -31,6 +31,8 @@ __all__ = [
     "TicTacToeEnv",
     "TicTacToeDuelEnv",
     "scripted_tic_tac_toe_policy",
+    "minimax_teacher",
+    "random_player",
 ]
 
 Mark = Literal["X", "O"]
@@ -207,6 +209,14 @@ def parse_observation(text: str) -> tuple[str, str]:
 # ---------------------------------------------------------------------- envs
 
 
+def _seat(first_obs: str) -> str | None:
+    """The agent's mark, read from its first observation (a step's info may be a parse failure's)."""
+    try:
+        return parse_observation(first_obs)[1]
+    except ValueError:
+        return None
+
+
 class TicTacToeEnv(SingleAgentEnv):
     """The agent plays one game against a scripted opponent.
 
@@ -215,15 +225,19 @@ class TicTacToeEnv(SingleAgentEnv):
     """
 
     def __init__(
-        self, opponent: Literal["random", "minimax"] = "random", agent_mark: Mark = "X"
+        self, opponent: Literal["random", "minimax"] = "random",
+        agent_mark: Literal["X", "O", "alternate"] = "X",
     ) -> None:
         super().__init__()
         if opponent not in _OPPONENTS:
             raise ValueError(f"unknown opponent kind {opponent!r}; expected one of {_OPPONENTS}")
-        _check_mark(agent_mark, "agent_mark")
+        if agent_mark != "alternate":
+            _check_mark(agent_mark, "agent_mark")
         self.opponent = opponent
-        self.agent_mark: str = agent_mark
-        self.opponent_mark = _other(agent_mark)
+        #: "alternate" plays X on even seeds and O on odd ones: one config trains and scores both seats
+        self.mark_rule = agent_mark
+        self.agent_mark: str = "X" if agent_mark == "alternate" else agent_mark
+        self.opponent_mark = _other(self.agent_mark)
         self._rng = random.Random()
         self._board = EMPTY_BOARD
         self._in_play = False
@@ -232,11 +246,28 @@ class TicTacToeEnv(SingleAgentEnv):
     def suggested_sysprompt(self) -> str:
         return _SYSPROMPT
 
+    @staticmethod
+    def episode_metrics(rollouts: Iterable[Any]) -> dict[str, float]:
+        """The outcome table, overall and per seat (`X/win_draw_rate`, ...);
+        `ludic_core.eval.env_metrics` finds it on the class."""
+        from ludic_core.eval.tic_tac_toe import tic_tac_toe_metrics
+
+        rollouts = list(rollouts)
+        out = tic_tac_toe_metrics(rollouts)
+        for mark in ("X", "O"):
+            mine = [r for r in rollouts if r.steps and _seat(r.steps[0].prev_obs) == mark]
+            if mine:
+                out.update({f"{mark}/{k}": v for k, v in tic_tac_toe_metrics(mine).items()})
+        return out
+
     @property
     def board(self) -> str:
         return self._board
 
     def env_reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        if self.mark_rule == "alternate":
+            self.agent_mark = "O" if (seed or 0) % 2 else "X"
+            self.opponent_mark = _other(self.agent_mark)
         self._rng = random.Random(seed)
         self._board = EMPTY_BOARD
         self._in_play = True
@@ -260,7 +291,7 @@ class TicTacToeEnv(SingleAgentEnv):
         result = _result(self._board, self.agent_mark)
         if result is not None:
             return self._finish(result, extra)
-        info = extra | _turn_info(self._board, self.agent_mark)
+        info = extra | _turn_info(self._board, self.agent_mark) | {"agent_mark": self.agent_mark}
         return StepOutcome(obs=_prompt_obs(self._board, self.agent_mark), reward=0.0, info=info)
 
     def _opponent_move(self) -> int:
@@ -280,7 +311,7 @@ class TicTacToeEnv(SingleAgentEnv):
             obs=_end_obs(self._board, self.agent_mark, result),
             reward=reward,
             terminated=True,
-            info=info | {"result": result, "board": self._board},
+            info=info | {"result": result, "board": self._board, "agent_mark": self.agent_mark},
         )
 
 
@@ -423,3 +454,15 @@ def scripted_tic_tac_toe_policy(
         return f"<move>{cell}</move>"
 
     return policy
+
+
+def minimax_teacher(seed: int = 0, tie_break: Literal["random", "preference"] = "preference") -> Callable[[list[Message]], str]:
+    """The demo's teacher (registered policy `tic_tac_toe_minimax`): never loses, and
+    with the default tie-break its move is a function of the board, which a tiny
+    model can imitate."""
+    return scripted_tic_tac_toe_policy("minimax", seed=seed, tie_break=tie_break)
+
+
+def random_player(seed: int | None = None) -> Callable[[list[Message]], str]:
+    """A uniformly random legal move (registered policy `tic_tac_toe_random`): a baseline."""
+    return scripted_tic_tac_toe_policy("random", seed=seed)

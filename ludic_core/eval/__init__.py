@@ -1,5 +1,7 @@
-"""Evaluation helpers and reducers."""
+"""Evaluation: generic reducers, env-contributed ones, and a runner for any env."""
 
+from ludic_core.eval.evaluate import evaluate_policy
+from ludic_core.eval.reducers import env_metrics, episode_metrics, pass_at_k
 from ludic_core.eval.tic_tac_toe import tic_tac_toe_metrics
 
-__all__ = ["tic_tac_toe_metrics"]
+__all__ = ["evaluate_policy", "pass_at_k", "episode_metrics", "env_metrics", "tic_tac_toe_metrics"]

@@ -75,6 +75,8 @@ class WandbLogger:
             raise ImportError("WandbLogger needs `pip install wandb`") from exc
         if api_key:
             os.environ.setdefault("WANDB_API_KEY", api_key)
+        if directory:
+            Path(directory).mkdir(parents=True, exist_ok=True)
         self._run = wandb.init(project=project, mode=mode, name=run_name, config=dict(config or {}),
                                dir=str(directory) if directory else None)
 

@@ -2,7 +2,13 @@ import re
 
 import pytest
 
-from ludic_core.envs import ArithmeticEnv, DatasetQAEnv, generate_arithmetic_problems
+from ludic_core.envs import (
+    ArithmeticEnv,
+    DatasetQAEnv,
+    generate_arithmetic_problems,
+    gsm8k_target_parser,
+)
+from ludic_core.envs.arithmetic import arithmetic_oracle
 
 _EQ = re.compile(r"^(\d+) ([-+*]) (\d+) = (-?\d+)$")
 _OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
@@ -89,3 +95,80 @@ def test_arithmetic_env_grades_numerically():
     assert out.reward == 1.0 and out.info["target"] == answer and out.terminated
     env.reset(seed=7)
     assert env.env_step(str(int(answer) + 1)).reward == 0.0
+
+
+# --- arithmetic_oracle: the scripted teacher that solves the question text ---
+
+def _ask(policy, question: str) -> str:
+    return policy([{"role": "system", "content": "Solve it."}, {"role": "user", "content": question}])
+
+
+@pytest.mark.parametrize("difficulty", ["easy", "medium", "hard"])
+def test_oracle_solves_every_generated_problem(difficulty):
+    policy = arithmetic_oracle()
+    for seed in (0, 1, 2):
+        for p in generate_arithmetic_problems(300, seed=seed, difficulty=difficulty):
+            expected = gsm8k_target_parser(p["answer"])
+            assert _ask(policy, p["question"]) == f"<answer>{expected}</answer>", p
+
+
+def test_oracle_reads_the_text_not_a_table():
+    # Hand-written questions in the generator's phrasing, not from any generated set.
+    policy = arithmetic_oracle()
+    cases = {
+        "Zoe has 1 coin and finds 7 more. How many coins does Zoe have now?": 8,  # 1 + 7
+        "Tom has 9 cards. Tom gives 4 to Mia, then gets 10 from Mia. "
+        "How many cards does Tom have now?": 15,  # 9 - 4 + 10
+        "There is 1 shell in a jar. Ana adds 5, then removes 2. "
+        "How many shells are in the jar now?": 4,  # 1 + 5 - 2
+        "Sam buys 3 boxes with 7 books in each box. Then Sam sells 4. "
+        "How many books does Sam have now?": 17,  # 3 * 7 - 4
+        "Ivy has 2 apples and buys 4 bags of 5 apples each. "
+        "How many apples does Ivy have now?": 22,  # 2 + 4 * 5
+    }
+    for question, answer in cases.items():
+        assert _ask(policy, question) == f"<answer>{answer}</answer>", question
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "What is 2 + 2?",
+        "Tom has 5 apples and eats 2. How many apples does Tom have now?",
+        "Tom has 5 apples. Tom buys 3 more",
+        "",
+    ],
+)
+def test_oracle_rejects_what_it_cannot_read(question):
+    with pytest.raises(ValueError, match="cannot parse") as info:
+        _ask(arithmetic_oracle(), question)
+    assert repr(question) in str(info.value)
+
+
+def test_oracle_needs_a_user_message():
+    with pytest.raises(ValueError, match="no user message"):
+        arithmetic_oracle()([{"role": "system", "content": "Solve it."}])
+
+
+def test_oracle_earns_full_reward_through_the_agent_stack():
+    import asyncio
+
+    from ludic_core.agents import Agent
+    from ludic_core.inference import ScriptedChatClient
+    from ludic_core.interaction import SingleAgentSyncProtocol
+    from ludic_core.parsers import xml_tag_parser
+
+    client = ScriptedChatClient(arithmetic_oracle())
+
+    async def collect():
+        episodes = [
+            SingleAgentSyncProtocol(Agent(client, parser=xml_tag_parser("answer"))).run(
+                ArithmeticEnv(n=50, seed=3), max_steps=1, env_seed=s
+            )
+            for s in range(20)
+        ]
+        return [r for rs in await asyncio.gather(*episodes) for r in rs]
+
+    rollouts = asyncio.run(collect())
+    assert len(rollouts) == 20
+    assert [r.total_reward for r in rollouts] == [1.0] * 20

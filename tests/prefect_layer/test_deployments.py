@@ -2,6 +2,10 @@
 `prefect deploy --all`, a worker, and runs triggered through the API as the UI
 triggers them.
 
+The worker's PYTHONPATH also holds a folder outside the project
+(`USER_PACKAGES` under the fixture's tmp dir): the acceptance test puts a
+user's own env package there, which only the worker ever imports.
+
 Every process started here runs in its own process group and is stopped by its
 PID (the group) in the fixture teardown: the server's uvicorn child and the
 worker's flow-run children die with their parents.
@@ -25,6 +29,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 POOL = "ludic-process"
+USER_PACKAGES = "user-packages"  # under the `deployed` tmp dir; on the worker's PYTHONPATH only
 _BIN = Path(sys.executable).parent / "prefect"
 PREFECT = [str(_BIN)] if _BIN.exists() else [sys.executable, "-m", "prefect"]
 
@@ -74,7 +79,8 @@ def _run(cmd: list[str], env: dict, timeout: float) -> str:
 @pytest.fixture(scope="module")
 def deployed(tmp_path_factory):
     """A server with prefect.yaml deployed on it and a worker polling the pool.
-    Yields (api_url, logs dir, timings, the CLI's environment)."""
+    Yields (api_url, logs dir, timings, the CLI's environment). The worker's
+    environment adds `logs dir / USER_PACKAGES` to PYTHONPATH (nothing else does)."""
     tmp = tmp_path_factory.mktemp("prefect-deploy")
     api_url = f"http://127.0.0.1:{_free_port()}/api"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
@@ -111,8 +117,11 @@ def deployed(tmp_path_factory):
         timings["deploy --all"] = time.perf_counter() - t0
         (tmp / "deploy.log").write_text(out)
 
+        (user_packages := tmp / USER_PACKAGES).mkdir()
+        worker_env = {**env, "PYTHONPATH": os.pathsep.join(p for p in (str(user_packages), env.get("PYTHONPATH"))
+                                                           if p)}
         procs.append(_start([*PREFECT, "worker", "start", "--pool", POOL, "--name", "test-worker"],
-                            env, tmp / "worker.log"))
+                            worker_env, tmp / "worker.log"))
         yield api_url, tmp, timings, env
     finally:
         for proc in reversed(procs):
@@ -147,30 +156,73 @@ def test_prefect_yaml_deploys(client):
     assert {len(client.read_deployment_by_name(f"{n}/{n}").schedules) for n in ("rl_train", "evaluate")} == {1}
 
 
-def test_evaluate_deployment_runs_on_the_worker(client, deployed, tiny_model_dir):
+def _trigger(client, name: str, cfg: dict):
+    """Trigger deployment `name/name` with `cfg` as the UI's Run button does; (flow run, t0)."""
+    deployment = client.read_deployment_by_name(f"{name}/{name}")
+    return client.create_flow_run_from_deployment(deployment.id, parameters={"cfg": cfg}), time.perf_counter()
+
+
+def _run_deployment(client, deployed, name: str, cfg: dict, *, label: str | None = None, timeout_s: float = 180):
+    """Trigger, wait until the run is final; (flow run, its COMPLETED state)."""
+    run, t0 = _trigger(client, name, cfg)
+    return run, _wait(client, deployed, run, label or name, t0, timeout_s)
+
+
+def _wait(client, deployed, run, label: str, t0: float, timeout_s: float = 180):
+    _, logs, timings, _ = deployed
+    deadline = time.monotonic() + timeout_s
+    while not (state := client.read_flow_run(run.id).state).is_final():
+        assert time.monotonic() < deadline, \
+            f"{label} run still {state.type.value} after {timeout_s} s:\n{_tail(logs / 'worker.log')}"
+        time.sleep(1)
+    timings[f"{label} run: trigger -> done"] = time.perf_counter() - t0
+    assert state.is_completed(), f"{label}: {state.type.value}: {state.message}\n{_tail(logs / 'worker.log')}"
+    return state
+
+
+def _table(client, run, key: str) -> list[dict]:
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
-    _, logs, timings, _ = deployed
-    deployment = client.read_deployment_by_name("evaluate/evaluate")
-    t0 = time.perf_counter()
-    run = client.create_flow_run_from_deployment(
-        deployment.id, parameters={"cfg": {"model_path": str(tiny_model_dir), "games_per_mark": 4}})
-    deadline = time.monotonic() + 180
-    while not (state := client.read_flow_run(run.id).state).is_final():
-        assert time.monotonic() < deadline, f"flow run still {state.type.value} after 180 s:\n{_tail(logs / 'worker.log')}"
-        time.sleep(1)
-    timings["evaluate run: trigger -> done"] = time.perf_counter() - t0
-    assert state.is_completed(), f"{state.type.value}: {state.message}\n{_tail(logs / 'worker.log')}"
     artifacts = client.read_artifacts(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id])))
-    [table] = [a for a in artifacts if a.key == "evaluation"]
-    rows = json.loads(table.data) if isinstance(table.data, str) else table.data
-    assert [row["mark"] for row in rows] == ["X", "O"]
+    [table] = [a for a in artifacts if a.key == key]
+    return json.loads(table.data) if isinstance(table.data, str) else table.data
+
+
+def _metrics(client, run) -> dict[str, float]:
+    """The evaluate flow's result, as its "evaluation" table artifact shows it."""
+    rows = _table(client, run, "evaluation")
+    assert rows and all(set(row) == {"metric", "value"} for row in rows), rows
+    return {row["metric"]: row["value"] for row in rows}
+
+
+GENERIC_METRICS = {"episodes", "mean_return", "success_rate", "pass@1", "parse_error_rate", "mean_turns",
+                   "mean_completion_tokens"}
+
+
+def test_evaluate_deployment_runs_on_the_worker(client, deployed, tiny_model_dir):
+    from ludic_core.recipes.tic_tac_toe import AGENT, ENV
+
+    cfg = {"policy": {"kind": "model", "model_path": str(tiny_model_dir)}, "env": ENV.model_dump(mode="json"),
+           "agent": AGENT.model_dump(mode="json"), "episodes": 4}
+    run, _ = _run_deployment(client, deployed, "evaluate", cfg)
+    metrics = _metrics(client, run)
+    assert GENERIC_METRICS <= set(metrics), sorted(metrics)
+    assert metrics["episodes"] == 4
+    # the env's own table: agent_mark "alternate" plays even seeds as X and odd ones as O
+    for mark in ("X", "O"):
+        assert {f"{mark}/legal_move_rate", f"{mark}/win_draw_rate"} <= set(metrics), sorted(metrics)
+    assert all(isinstance(v, (int, float)) for v in metrics.values()), metrics
+
+
+_VALID = {"policy": {"kind": "model", "model_path": "x"}, "env": {"name": "tic_tac_toe"}}
 
 
 @pytest.mark.parametrize("cfg, field", [
-    ({"model_path": "x", "games_per_mark": -1}, "cfg.games_per_mark"),
-    ({"model_path": "x", "games_per_mark": 4, "temprature": 0.5}, "temprature"),
-    ({"model_path": "x", "opponent": "human"}, "cfg.opponent"),
+    ({**_VALID, "episodes": -1}, "cfg.episodes"),                          # out of range
+    ({**_VALID, "episodes": 4, "temprature": 0.5}, "temprature"),           # unknown field
+    ({**_VALID, "agent": {"max_turns": 0}}, "cfg.agent.max_turns"),         # nested, out of range
+    ({**_VALID, "policy": {"kind": "human"}}, "cfg.policy"),                # no such policy kind
+    ({"policy": _VALID["policy"]}, "'env' is a required property"),        # required field missing
 ])
 def test_invalid_parameters_rejected_at_trigger_time(client, cfg, field):
     from prefect.exceptions import PrefectHTTPStatusError
@@ -183,12 +235,153 @@ def test_invalid_parameters_rejected_at_trigger_time(client, cfg, field):
     assert field in detail, detail
 
 
-def test_block_types_register_from_the_cli(client, deployed):
-    """`prefect block register -m blocks` registers exactly Ludic's four blocks
-    (the UI then offers them under Blocks -> Add)."""
-    out = _run([*PREFECT, "block", "register", "-m", "blocks"], deployed[3], timeout=60)
-    assert "Successfully registered 4 blocks" in out, out
-    from blocks import CheckpointStore, InferenceEndpoint, RedisQueue, WandbSettings
+# --- acceptance: a user's env in its own package, outside the project -----------------
 
-    for cls in (CheckpointStore, InferenceEndpoint, RedisQueue, WandbSettings):
+COUNTING_ENV = '''"""A user's env, in its own package: count up from seed % 5, one number per turn."""
+
+import re
+
+from ludic_core.envs.single_agent import SingleAgentEnv
+from ludic_core.types import StepOutcome
+
+
+class CountingEnv(SingleAgentEnv):
+    """Each turn the agent says the number after the one shown, as <n>K</n>:
+    1/turns reward per correct turn; the episode ends after `turns` turns."""
+
+    def __init__(self, turns: int = 3) -> None:
+        super().__init__()
+        self.turns = turns
+
+    @property
+    def suggested_sysprompt(self) -> str:
+        return "Say the next number in n tags."
+
+    def env_reset(self, seed=None):
+        self._n, self._turn = (seed or 0) % 5, 0
+        return f"Count: {self._n}", {"start": self._n}
+
+    def env_step(self, action: str) -> StepOutcome:
+        correct = action.strip() == str(self._n + 1)
+        self._n, self._turn = self._n + 1, self._turn + 1
+        done = self._turn >= self.turns
+        return StepOutcome(obs="Done." if done else f"Count: {self._n}", reward=1.0 / self.turns if correct else 0.0,
+                           terminated=done, info={"correct": correct})
+
+    @staticmethod
+    def episode_metrics(rollouts) -> dict:
+        """The env's own number in evaluate's table."""
+        steps = [s for r in rollouts for s in r.steps]
+        return {"correct_turn_rate": sum(bool(s.info.get("correct")) for s in steps) / max(len(steps), 1)}
+
+
+def teacher():
+    """Scripted teacher factory: the number after the last one shown."""
+
+    def policy(messages):
+        last = next(m["content"] for m in reversed(messages) if m["role"] == "user")
+        return "<n>%d</n>" % (int(re.findall(r"[0-9]+", last)[-1]) + 1)
+
+    return policy
+'''
+
+COUNT_ENV = {"name": "my_counting_env:CountingEnv", "kwargs": {"turns": 3}}
+COUNT_AGENT = {"parser": {"name": "xml_tag", "kwargs": {"tag": "n"}},
+               "context": {"name": "sliding_window", "kwargs": {"keep_last": 1}},
+               "sampling": {"max_tokens": 12}, "max_turns": 3, "max_parse_failures": 1}
+PROMPTS, SFT_STEPS, EVAL_EPISODES = 64, 100, 20  # 30 SFT steps do not yet teach the tiny model the tag format
+
+
+@pytest.fixture(scope="module")
+def user_package(deployed):
+    """`my_counting_env`, written where only the worker's PYTHONPATH reaches."""
+    pkg = deployed[1] / USER_PACKAGES / "my_counting_env"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(COUNTING_ENV)
+    return pkg
+
+
+def _evaluate_cfg(model_path: str) -> dict:
+    return {"policy": {"kind": "model", "model_path": model_path}, "env": COUNT_ENV, "agent": COUNT_AGENT,
+            "episodes": EVAL_EPISODES, "seed": 1_000, "success_threshold": 0.99}
+
+
+def test_user_env_package_runs_the_whole_chain_through_deployments(client, deployed, user_package, tiny_model_dir,
+                                                                    tmp_path):
+    """rejection_sampling -> sft -> rl_train -> evaluate, each triggered through the API
+    with a full `cfg` naming the env and the teacher by import path, each reading the
+    previous run's output from disk. The server and this process never import the package."""
+    import importlib.util
+    import re
+
+    from datasets import load_from_disk
+
+    assert importlib.util.find_spec("my_counting_env") is None, "the package must be the worker's alone"
+    timings, t_chain = deployed[2], time.perf_counter()
+    student = str(tiny_model_dir)
+
+    # the untrained student, evaluated while the teacher samples
+    base_run, base_t0 = _trigger(client, "evaluate", _evaluate_cfg(student))
+    _run_deployment(client, deployed, "rejection_sampling", label="user env: rejection_sampling", cfg={
+        "env": COUNT_ENV, "agent": COUNT_AGENT, "teacher": {"kind": "scripted", "policy": "my_counting_env:teacher"},
+        "student_path": student, "prompts": PROMPTS, "keep": {"min_return": 0.99}, "out_dir": str(tmp_path / "rs")})
+    done = json.loads((tmp_path / "rs" / "done.json").read_text())
+    assert done["sampled"] == PROMPTS and done["kept"] == PROMPTS and done["token_ids"] is True, done
+    rows = load_from_disk(done["dataset_path"])
+    assert len(rows) == 3 * PROMPTS and set(rows["step_index"]) == {0, 1, 2}  # multi-turn: a row per turn
+    for row in rows:
+        system, user, reply = row["messages"]  # sliding_window keep_last 1: the latest observation only
+        assert system == {"role": "system", "content": "Say the next number in n tags."}
+        assert user["role"] == "user" and (m := re.fullmatch(r"Count: ([0-9])", user["content"])), user
+        assert reply == {"role": "assistant", "content": f"<n>{int(m[1]) + 1}</n>"}
+    assert {r["messages"][1]["content"] for r in rows} == {f"Count: {n}" for n in range(7)}
+
+    _run_deployment(client, deployed, "sft", label="user env: sft", cfg={
+        "model_path": student, "dataset_path": done["dataset_path"], "out_dir": str(tmp_path / "sft"),
+        "steps": SFT_STEPS, "steps_per_stage": SFT_STEPS, "batch_size": 32,
+        "trainer": {"lr": 1e-2, "warmup_steps": 5, "schedule": "cosine", "total_steps": SFT_STEPS,
+                    "micro_token_budget": 16384, "max_seq_len": 512}})
+    *_, last = sorted((tmp_path / "sft" / "checkpoints").glob("step_*"))
+    assert last.name == f"step_{SFT_STEPS:08d}"
+    sft_model = str(last / "model")
+
+    # the SFT'd model, evaluated while RL trains on from it
+    sft_eval, sft_eval_t0 = _trigger(client, "evaluate", _evaluate_cfg(sft_model))
+    rl_run, _ = _run_deployment(client, deployed, "rl_train", label="user env: rl_train", cfg={
+        "model_path": sft_model, "out_dir": str(tmp_path / "rl"), "env": COUNT_ENV,
+        "agent": {**COUNT_AGENT, "sampling": {"max_tokens": 12, "temperature": 1.0}},
+        "algorithm": {"type": "grpo", "group_size": 4}, "requests_per_step": 4, "steps": 2, "steps_per_stage": 1,
+        "trainer": {"lr": 1e-4, "micro_token_budget": 16384, "max_seq_len": 512},
+        "eval_episodes": 10, "eval_seed": 1_000})
+    rl_model = tmp_path / "rl" / "checkpoints" / "step_00000002" / "model"
+    assert (rl_model / "model.safetensors").exists()
+    rl_evals = _table(client, rl_run, "rl-evaluations")
+    assert [r["step"] for r in rl_evals] == [1, 2] and all("correct_turn_rate" in r for r in rl_evals), rl_evals
+
+    final_run, _ = _run_deployment(client, deployed, "evaluate", _evaluate_cfg(str(rl_model)),
+                                   label="user env: evaluate (SFT + RL)")
+    _wait(client, deployed, base_run, "user env: evaluate (untrained)", base_t0)
+    _wait(client, deployed, sft_eval, "user env: evaluate (SFT)", sft_eval_t0)
+    timings["user env chain: total"] = time.perf_counter() - t_chain
+    base, after_sft, final = (_metrics(client, r) for r in (base_run, sft_eval, final_run))
+    summary = {name: {k: m[k] for k in ("mean_return", "success_rate", "parse_error_rate", "mean_turns",
+                                        "correct_turn_rate")}
+               for name, m in (("untrained", base), ("after SFT", after_sft), ("after SFT + RL", final))}
+    print("\n[user env chain] " + json.dumps(summary))
+    for m in (base, after_sft, final):
+        assert GENERIC_METRICS | {"correct_turn_rate"} <= set(m) and m["episodes"] == EVAL_EPISODES, sorted(m)
+    for m in (after_sft, final):
+        assert m["mean_return"] > base["mean_return"] and m["success_rate"] >= base["success_rate"], summary
+        assert m["parse_error_rate"] < base["parse_error_rate"] and m["mean_turns"] > base["mean_turns"], summary
+
+
+def test_block_types_register_from_the_cli(client, deployed):
+    """`prefect block register -m blocks` registers exactly Ludic's blocks (`blocks.__all__`;
+    the UI then offers them under Blocks -> Add)."""
+    import blocks
+
+    classes = [getattr(blocks, name) for name in blocks.__all__]
+    out = _run([*PREFECT, "block", "register", "-m", "blocks"], deployed[3], timeout=60)
+    assert f"Successfully registered {len(classes)} blocks" in out, out
+    for cls in classes:
         assert client.read_block_type_by_slug(cls.get_block_type_slug()).name == cls.get_block_type_name()

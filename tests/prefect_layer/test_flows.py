@@ -14,22 +14,32 @@ import pytest
 from flows.rejection_sampling import RejectionSamplingConfig, rejection_sampling
 from flows.sft import SFTFlowConfig, sft
 from ludic_core.config import TrainerConfig
+from ludic_core.recipes.policy import ScriptedPolicy
+from ludic_core.recipes.tic_tac_toe import AGENT, ENV
+from ludic_core.rejection import KeepRule
 
 
 def _steps(metrics: Path) -> list[int]:
     return [json.loads(line)["step"] for line in metrics.read_text().splitlines() if line.strip()]
 
 
+def _rs_cfg(student: Path, out: Path, prompts: int) -> RejectionSamplingConfig:
+    """The tic-tac-toe recipe's rejection sampling: minimax teacher, wins kept."""
+    return RejectionSamplingConfig(
+        env=ENV, agent=AGENT, student_path=str(student), out_dir=str(out), prompts=prompts,
+        teacher=ScriptedPolicy(policy="tic_tac_toe_minimax", kwargs={"tie_break": "preference"}),
+        keep=KeepRule(min_return=1.0))
+
+
 @pytest.fixture(scope="module")
 def dataset(prefect_api, tiny_model_dir, tmp_path_factory):
-    out = tmp_path_factory.mktemp("rs")
-    return rejection_sampling(RejectionSamplingConfig(model_path=str(tiny_model_dir), out_dir=str(out), games=24))
+    return rejection_sampling(_rs_cfg(tiny_model_dir, tmp_path_factory.mktemp("rs"), prompts=24))
 
 
 def test_transient_rollout_failure_is_retried(prefect_api, tiny_model_dir, tmp_path, monkeypatch):
     import tasks.rollouts as rollouts_task
 
-    real, calls = rollouts_task.teacher_rollouts, []
+    real, calls = rollouts_task.sample, []
 
     def flaky(*args, **kwargs):
         calls.append(1)
@@ -37,17 +47,20 @@ def test_transient_rollout_failure_is_retried(prefect_api, tiny_model_dir, tmp_p
             raise ConnectionError("inference server hiccup")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(rollouts_task, "teacher_rollouts", flaky)
-    path = rejection_sampling(RejectionSamplingConfig(model_path=str(tiny_model_dir), out_dir=str(tmp_path), games=8))
+    monkeypatch.setattr(rollouts_task, "sample", flaky)
+    path = rejection_sampling(_rs_cfg(tiny_model_dir, tmp_path, prompts=8))
     assert len(calls) == 2 and Path(path).is_dir()
+    done = json.loads((tmp_path / "done.json").read_text())
+    assert done["dataset_path"] == path and done["sampled"] == 8 and done["kept"] >= 1
+    assert done["token_ids"] is True  # scripted replies tokenised with the student's tokenizer
 
 
 def test_rerun_skips_completed_rejection_sampling(prefect_api, tiny_model_dir, tmp_path, monkeypatch):
-    cfg = RejectionSamplingConfig(model_path=str(tiny_model_dir), out_dir=str(tmp_path), games=8)
+    cfg = _rs_cfg(tiny_model_dir, tmp_path, prompts=8)
     first = rejection_sampling(cfg)
     import tasks.rollouts as rollouts_task
 
-    monkeypatch.setattr(rollouts_task, "teacher_rollouts", lambda *a, **k: pytest.fail("stage re-ran"))
+    monkeypatch.setattr(rollouts_task, "sample", lambda *a, **k: pytest.fail("stage re-ran"))
     assert rejection_sampling(cfg) == first
 
 

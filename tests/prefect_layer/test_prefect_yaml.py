@@ -105,24 +105,67 @@ def test_schedules_are_examples_only(deployments):
             assert schedule.get("active") is False, f"{name}: schedule {schedule} must be inactive"
 
 
-@pytest.mark.parametrize("path, bad, field", [
-    (("trainer",), {"learning_rate": 0.1}, "learning_rate"),  # unknown nested field
-    ((), {"stepz": 3}, "stepz"),                                  # unknown top-level field
-    ((), {"steps": 0}, "steps"),                                  # out of range
+def test_shared_definitions_are_the_tic_tac_toe_recipe(spec, deployments):
+    """The YAML anchors (`&ttt_env`, `&ttt_agent`) and the merge key (`<<: *ttt_agent`)
+    resolve to the recipe's own configs, so the chain's stages play the same game."""
+    from ludic_core.recipes.configs import AgentConfig, EnvConfig
+    from ludic_core.recipes.tic_tac_toe import AGENT, ENV, RECIPE
+
+    assert EnvConfig.model_validate(spec["definitions"]["env"]) == ENV
+    assert AgentConfig.model_validate(spec["definitions"]["agent"]) == AGENT
+    for name in ("rejection_sampling", "rl_train", "evaluate"):
+        assert EnvConfig.model_validate(deployments[name]["parameters"]["cfg"]["env"]) == ENV, name
+    for name in ("rejection_sampling", "evaluate"):
+        assert AgentConfig.model_validate(deployments[name]["parameters"]["cfg"]["agent"]) == AGENT, name
+    # rl_train: the shared agent merged in, only its sampling overridden (RL samples at a temperature)
+    rl_agent = AgentConfig.model_validate(deployments["rl_train"]["parameters"]["cfg"]["agent"])
+    assert rl_agent == AGENT.model_copy(update={"sampling": AGENT.sampling.model_copy(
+        update={"temperature": RECIPE.rl_temperature})})
+
+
+@pytest.mark.parametrize("name, path, bad, field", [
+    ("sft", (), {"stepz": 3}, "stepz"),                                       # unknown top-level field
+    ("sft", (), {"steps": 0}, "steps"),                                       # out of range
+    ("sft", ("trainer",), {"learning_rate": 0.1}, "learning_rate"),           # unknown field of a default
+    ("rl_train", ("agent", "sampling"), {"temprature": 0.5}, "temprature"),   # unknown field under a merge key
+    ("rl_train", ("env",), {"kwarg": {}}, "kwarg"),                           # unknown field of an anchor
+    ("evaluate", ("policy",), {"model_pth": "m"}, "model_pth"),               # unknown field of a union member
+    ("rejection_sampling", ("keep",), {"min_return": "high"}, "min_return"),  # wrong type
 ])
-def test_corrupted_copy_fails_naming_the_field(deployments, path, bad, field):
-    d = copy.deepcopy(deployments["sft"])
+def test_corrupted_copy_fails_naming_the_field(deployments, name, path, bad, field):
+    d = copy.deepcopy(deployments[name])
     target = d["parameters"]["cfg"]
     for key in path:
-        target = target[key]
+        target = target.setdefault(key, {})
     target.update(bad)
     flow = _load_entrypoint(d["entrypoint"])
     with pytest.raises(ValidationError) as info:
         _cfg_model(flow).model_validate(d["parameters"]["cfg"])
-    assert [err["loc"] for err in info.value.errors()] == [(*path, field)]
+    locs = [err["loc"] for err in info.value.errors()]
+    # a union member's errors are located under its tag (policy.model.model_pth)
+    assert all(loc[:len(path)] == path and loc[-1] == field for loc in locs), locs
     assert field in str(info.value)
     # ... and the server's check at trigger time rejects it too, naming it.
     from prefect.utilities.schema_tools.validation import ValidationError as SchemaError
 
     with pytest.raises(SchemaError, match=field):
         _server_check(flow, d["parameters"])
+
+
+def test_a_typo_in_a_shared_definition_fails_every_deployment_using_it():
+    """An anchor is stated once and aliased: a typo there must fail each deployment
+    that aliases it (directly, or merged in with `<<:`), naming the field."""
+    text = (ROOT / "prefect.yaml").read_text()
+    anchor = "  agent: &ttt_agent\n"
+    assert text.count(anchor) == 1
+    spec = yaml.safe_load(text.replace(anchor, anchor + "    max_turnz: 9\n"))
+    failing = set()
+    for d in spec["deployments"]:
+        flow = _load_entrypoint(d["entrypoint"])
+        try:
+            _cfg_model(flow).model_validate(d["parameters"]["cfg"])
+        except ValidationError as exc:
+            assert [e["loc"] for e in exc.errors()] == [("agent", "max_turnz")], (d["name"], exc)
+            failing.add(d["name"])
+    users = {d["name"] for d in spec["deployments"] if "agent" in d["parameters"]["cfg"]}
+    assert "rl_train" in users and failing == users  # rl_train takes it through the merge key

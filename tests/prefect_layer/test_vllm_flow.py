@@ -16,7 +16,7 @@ from flows.rl_train import RLTrainConfig, rl_train
 from flows.vllm_inference import VLLMSettings
 from ludic_core.config import GRPOConfig, TrainerConfig
 from ludic_core.inference.vllm_server import VLLMServerConfig, pid_alive
-from ludic_core.training.stage import TicTacToeRLData
+from ludic_core.recipes.tic_tac_toe import AGENT, ENV
 
 
 def _servers_of(model_dir: Path) -> list[int]:
@@ -36,8 +36,12 @@ def _servers_of(model_dir: Path) -> list[int]:
 def test_vllm_settings_are_strict():
     with pytest.raises(ValueError, match="stage_atempts"):
         VLLMSettings.model_validate({"stage_atempts": 2})
-    cfg = RLTrainConfig.model_validate({"model_path": "m", "inference": "vllm", "vllm": {"server": {"port": 8011}}})
+    cfg = RLTrainConfig.model_validate({"model_path": "m", "env": {"name": "tic_tac_toe"}, "inference": "vllm",
+                                        "vllm": {"server": {"port": 8011}}})
     assert cfg.vllm.server.port == 8011 and cfg.vllm.endpoint_block is None
+    with pytest.raises(ValueError, match="vllm.server.prot"):
+        RLTrainConfig.model_validate({"model_path": "m", "env": {"name": "tic_tac_toe"}, "inference": "vllm",
+                                      "vllm": {"server": {"prot": 8011}}})
 
 
 @pytest.mark.vllm
@@ -58,8 +62,8 @@ def test_killed_server_is_restarted_and_the_stage_resumes(prefect_api, format_tu
     cfg = RLTrainConfig(
         model_path=str(model_dir), out_dir=str(tmp_path), inference="vllm",
         vllm=VLLMSettings(server=VLLMServerConfig(log_dir=str(tmp_path / "vllm"))),
-        algorithm=GRPOConfig(group_size=4), data=TicTacToeRLData(requests_per_step=2, group_size=4),
-        steps=5, steps_per_stage=5, eval_games=0,
+        env=ENV, agent=AGENT.model_copy(update={"sampling": AGENT.sampling.model_copy(update={"temperature": 1.0})}),
+        algorithm=GRPOConfig(group_size=4), requests_per_step=2, steps=5, steps_per_stage=5, eval_episodes=0,
         trainer=TrainerConfig(lr=1e-3, checkpoint_every=1, micro_token_budget=8192, max_seq_len=512))
     watcher = threading.Thread(target=killer, daemon=True)
     watcher.start()
@@ -101,7 +105,8 @@ def test_refused_pushes_fail_at_once_transient_failures_are_retried(prefect_api,
 
     monkeypatch.setattr(vi, "train_stage", _Stage())
     spec = StageSpec.model_validate({"model_path": "m", "checkpoint_dir": "c", "algorithm": {"type": "sft"},
-                                     "trainer": {}, "data": {"kind": "tic_tac_toe_rl"}, "until_step": 2})
+                                     "trainer": {}, "data": {"kind": "rollouts", "env": {"name": "tic_tac_toe"}},
+                                     "until_step": 2})
 
     @flow
     def run() -> None:

@@ -9,8 +9,10 @@ import pytest
 
 from ludic_core.config import GRPOConfig, SFTConfig, TrainerConfig
 from ludic_core.recipes.tic_tac_toe import keep_by_reward, teacher_rollouts
+from ludic_core.models import tokenizer_fingerprint
 from ludic_core.rejection import load_saw_items, rollouts_to_dataset, save_dataset
-from ludic_core.training.stage import DatasetData, StageSpec, TicTacToeRLData, run_stage
+from ludic_core.recipes.tic_tac_toe import AGENT, ENV
+from ludic_core.training.stage import DatasetData, RolloutData, StageSpec, run_stage
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -19,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def dataset(tiny_model_and_tokenizer, tmp_path_factory):
     _, tok = tiny_model_and_tokenizer
     kept, _ = keep_by_reward(teacher_rollouts(tok, games=16, seed=2), min_reward=1.0)
-    return kept, save_dataset(rollouts_to_dataset(kept), tmp_path_factory.mktemp("ds") / "dataset")
+    ds = rollouts_to_dataset(kept, tokenizer=tokenizer_fingerprint(tok))
+    return kept, save_dataset(ds, tmp_path_factory.mktemp("ds") / "dataset")
 
 
 def test_dataset_round_trip_keeps_the_exact_token_ids(dataset):
@@ -60,7 +63,7 @@ def test_a_second_stage_resumes_where_the_first_ended(tiny_model_dir, dataset, t
 def test_rl_stage_trains_on_fresh_rollouts(format_tuned_model_dir, tmp_path):
     spec = StageSpec(model_path=str(format_tuned_model_dir), checkpoint_dir=str(tmp_path / "ckpt"),
                      algorithm=GRPOConfig(group_size=4), trainer=TrainerConfig(lr=1e-4),
-                     data=TicTacToeRLData(requests_per_step=2, group_size=4), until_step=1)
+                     data=RolloutData(env=ENV, agent=AGENT, requests_per_step=2), until_step=1)
     res = run_stage(spec)
     assert res["step"] == 1 and res["metrics"]["rollouts"] == 8.0 and res["metrics"]["items"] >= 8
 

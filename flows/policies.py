@@ -1,0 +1,71 @@
+"""Policy configs a flow takes (teacher, evaluated policy), and serving them.
+
+A policy is a scripted function, a model directory decoded in-process, or a
+vLLM server: one the flow starts from a model directory for the run (and
+stops), or a running one named by an `InferenceEndpoint` block.
+"""
+
+from __future__ import annotations
+
+import secrets
+from contextlib import contextmanager
+from typing import Annotated, Any, Iterator, Literal, Union
+
+from pydantic import Field, SecretStr, model_validator
+
+from flows.common import FlowConfig
+from ludic_core.inference.vllm_server import VLLMServerConfig
+from ludic_core.recipes.policy import ModelPolicy, ScriptedPolicy
+
+__all__ = ["VLLMPolicy", "PolicyConfig", "served", "endpoint_from_block"]
+
+
+class VLLMPolicy(FlowConfig):
+    """A policy behind vLLM's OpenAI API."""
+
+    kind: Literal["vllm"] = "vllm"
+    model_path: str | None = Field(None, description="HF model dir the flow serves for this run (its tokenizer "
+                                                     "decides whether exact token ids are stored)")
+    endpoint_block: str | None = Field(None, description="name of an InferenceEndpoint block (kind vllm) of a "
+                                                         "running server, instead of model_path")
+    server: VLLMServerConfig = Field(VLLMServerConfig(), description="how the flow starts its server (model_path)")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> VLLMPolicy:
+        if (self.model_path is None) == (self.endpoint_block is None):
+            raise ValueError("a vllm policy needs exactly one of model_path (start a server) or endpoint_block")
+        return self
+
+
+PolicyConfig = Annotated[Union[ScriptedPolicy, ModelPolicy, VLLMPolicy], Field(discriminator="kind")]
+
+
+def endpoint_from_block(name: str) -> dict[str, Any]:
+    from blocks import InferenceEndpoint
+
+    conf = InferenceEndpoint.load(name).to_config()
+    if conf["kind"] != "vllm" or not conf["base_url"]:
+        raise ValueError(f"InferenceEndpoint block {name!r} must have kind 'vllm' and a base_url")
+    return {"base_url": conf["base_url"], "model": conf["model_path"] or "policy", "api_key": conf["api_key"],
+            "tokenizer_path": None}
+
+
+@contextmanager
+def served(policy: Any) -> Iterator[tuple[dict[str, Any] | None, SecretStr | None]]:
+    """(endpoint without its key, key) for a vllm policy while the block runs; (None, None) otherwise."""
+    from tasks.inference import start_server, stop_server
+
+    if getattr(policy, "kind", None) != "vllm":
+        yield None, None
+        return
+    if policy.endpoint_block:
+        endpoint = endpoint_from_block(policy.endpoint_block)
+        key = endpoint.pop("api_key")
+        yield endpoint, SecretStr(key) if key else None
+        return
+    key = SecretStr(secrets.token_urlsafe(24))
+    server = start_server(policy.model_path, policy.server, key)
+    try:
+        yield {"base_url": server["base_url"], "model": server["model"], "tokenizer_path": policy.model_path}, key
+    finally:
+        stop_server(server["pid"])

@@ -1,0 +1,85 @@
+"""Configs -> objects: envs, agents, engines and requests for any env.
+
+The one place where an `EnvConfig` / `AgentConfig` meets code, so every flow
+builds its rollouts the same way and a bad name or keyword fails here, naming
+it, before any model call.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from ludic_core.inference.sampling import InferenceSpec, SamplingConfig
+from ludic_core.recipes.configs import AgentConfig, ComponentConfig, EnvConfig
+from ludic_core.recipes.registry import ComponentError, call_with_kwargs, resolve
+from ludic_core.rollout import EnvSpec, ProtocolSpec, RolloutEngine, RolloutRequest
+
+__all__ = ["env_factory", "check_env", "build_agent", "build_engine", "episode_requests", "PROTOCOL"]
+
+#: The engine's protocol key for agents built from an AgentConfig.
+PROTOCOL = "agent"
+
+
+def env_factory(cfg: EnvConfig) -> Callable[..., Any]:
+    """The env's class or factory, wrapped so a wrong keyword is named."""
+    factory = resolve("env", cfg.name)
+
+    def make(**kwargs: Any) -> Any:
+        return call_with_kwargs(factory, kwargs, f"env {cfg.name!r}")
+
+    make.episode_metrics = getattr(factory, "episode_metrics", None)  # type: ignore[attr-defined]
+    return make
+
+
+def check_env(cfg: EnvConfig) -> None:
+    """Build the env once (resolves the name, checks the kwargs), so a config
+    error surfaces when a flow starts rather than as N failed episodes."""
+    from ludic_core.envs.base import LudicEnv
+
+    env = env_factory(cfg)(**cfg.kwargs)
+    if not isinstance(env, LudicEnv):
+        raise ComponentError(f"env {cfg.name!r} built a {type(env).__name__}, not a LudicEnv")
+
+
+def _component(kind: str, cfg: ComponentConfig) -> Any:
+    return call_with_kwargs(resolve(kind, cfg.name), cfg.kwargs, f"{kind} {cfg.name!r}")  # type: ignore[arg-type]
+
+
+def build_agent(cfg: AgentConfig, client: Any) -> Any:
+    """An Agent (a ToolAgent when tools are named) over `client`."""
+    from ludic_core.agents import Agent, ToolAgent
+
+    parser, context = _component("parser", cfg.parser), _component("context", cfg.context)
+    if cfg.tools:
+        return ToolAgent(client, tools=[resolve("tool", t) for t in cfg.tools], parser=parser, context=context)
+    return Agent(client, parser=parser, context=context)
+
+
+def build_engine(env: EnvConfig, agent: AgentConfig, client: Any, *, jsonl_path: str | None = None,
+                 max_concurrency: int = 256) -> RolloutEngine:
+    """An engine that plays `env` with agents over `client` (one protocol per episode)."""
+    from ludic_core.interaction import MultiAgentProtocol, SingleAgentSyncProtocol
+
+    make_env = env_factory(env)
+    seats: list[str] = []  # the env's agent ids, read from the first env built
+
+    def protocol() -> Any:
+        if not seats:
+            seats.extend(make_env(**env.kwargs).agent_ids)
+        if len(seats) == 1:
+            return SingleAgentSyncProtocol(build_agent(agent, client), system_prompt=agent.system_prompt,
+                                           max_parse_failures=agent.max_parse_failures)
+        # a multi-agent env: every seat is played by the same policy, each with its own dialog
+        return MultiAgentProtocol({a: build_agent(agent, client) for a in seats},
+                                  system_prompt=agent.system_prompt, max_parse_failures=agent.max_parse_failures)
+
+    return RolloutEngine({env.name: make_env}, {PROTOCOL: protocol}, jsonl_path=jsonl_path,
+                         max_concurrency=max_concurrency)
+
+
+def episode_requests(env: EnvConfig, agent: AgentConfig, seeds: Sequence[int], *,
+                     sampling: SamplingConfig | None = None) -> list[RolloutRequest]:
+    """One request per env seed; the sampling seed follows the env seed so a run repeats exactly."""
+    spec = InferenceSpec(sampling=sampling or agent.sampling)
+    return [RolloutRequest(env=EnvSpec(kind=env.name, kwargs=dict(env.kwargs)), protocol=ProtocolSpec(kind=PROTOCOL),
+                           env_seed=s, sampling_seed=s, inference=spec) for s in seeds]

@@ -1,0 +1,85 @@
+"""What a run plays and how the agent talks: plain, JSON-able configs.
+
+Every flow (rejection sampling, SFT, RL, evaluate) takes the same `EnvConfig`
+and `AgentConfig`, so the Prefect UI shows the same fields everywhere and a
+YAML file written for one flow's env works in the next. Torch-free: these load
+in a UI form or on a Prefect server that never imports a model. Names are only
+checked for syntax here; `ludic_core.recipes.build` resolves them at first use
+(the user's package may be installed on the worker but not on the server).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from ludic_core.frozen import FrozenModel
+from ludic_core.inference.sampling import SamplingConfig
+from ludic_core.recipes.registry import check_ref
+
+__all__ = ["ComponentConfig", "EnvConfig", "AgentConfig", "SeedSchedule"]
+
+
+class ComponentConfig(FrozenModel):
+    """A parser or context strategy: a registered name or `pkg.mod:Factory`, plus keyword arguments."""
+
+    name: str = Field(description="registered name or import path 'package.module:Factory'")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for the factory")
+
+
+class EnvConfig(FrozenModel):
+    """An env: a registered name (bundled, or an entry point in group `ludic.envs`)
+    or an import path `package.module:ClassOrFactory`, plus JSON kwargs."""
+
+    name: str = Field(description="e.g. tic_tac_toe, arithmetic, dataset_qa, or 'my_pkg.envs:MyEnv'")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for the env factory")
+
+    @field_validator("name")
+    @classmethod
+    def _ref(cls, v: str) -> str:
+        return check_ref("env", v)
+
+
+class AgentConfig(FrozenModel):
+    """How the policy sees the env and answers it."""
+
+    parser: ComponentConfig = Field(
+        ComponentConfig(name="identity"),
+        description="turns a reply into an action: identity | xml_tag {tag} | think_prefix | boxed | import path")
+    context: ComponentConfig = Field(
+        ComponentConfig(name="full_dialog"),
+        description="what the model sees: full_dialog | sliding_window {keep_last} | truncated_thinking | import path")
+    system_prompt: str | None = Field(None, description="None = the env's suggested system prompt")
+    sampling: SamplingConfig = Field(SamplingConfig(), description="temperature (0 = greedy), max_tokens, stop, ...")
+    max_turns: int = Field(16, ge=1, description="agent turns per episode; an episode still running is truncated")
+    max_parse_failures: int | None = Field(
+        None, ge=1, description="end the episode after this many unparseable replies in a row (None = never)")
+    tools: tuple[str, ...] = Field((), description="tool functions by import path 'pkg.mod:fn' or registered name")
+
+    @field_validator("parser", "context")
+    @classmethod
+    def _component(cls, v: ComponentConfig, info: Any) -> ComponentConfig:
+        check_ref(info.field_name, v.name)  # type: ignore[arg-type]
+        return v
+
+    @field_validator("tools")
+    @classmethod
+    def _tools(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for ref in v:
+            check_ref("tool", ref)
+        return v
+
+
+class SeedSchedule(FrozenModel):
+    """Which episodes to run: env seeds `start, start+1, ...`.
+
+    Seeded envs pick their start state (a board, a problem, a dataset row) from
+    the seed, so consecutive seeds walk a prompt dataset row by row
+    (`dataset_qa` plays row `seed % rows`)."""
+
+    start: int = Field(0, description="first env seed")
+    stride: int = Field(1, ge=1, description="seed step between consecutive episodes")
+
+    def seeds(self, n: int, offset: int = 0) -> list[int]:
+        return [self.start + (offset + i) * self.stride for i in range(n)]

@@ -1,0 +1,48 @@
+"""A recipe: one env's settings for the whole chain, stated once.
+
+rejection sampling -> SFT -> RL -> evaluation take the same env and agent, so
+a recipe is just those configs plus the teacher and the keep rule. Tic-tac-toe
+and arithmetic are two such values (`RECIPES`), not code paths: the flows
+that run them are the ones a user runs on their own env.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from ludic_core.frozen import FrozenModel
+from ludic_core.recipes.configs import AgentConfig, EnvConfig
+from ludic_core.rejection import KeepRule
+
+__all__ = ["Recipe", "RECIPES", "get_recipe"]
+
+
+class Recipe(FrozenModel):
+    name: str
+    env: EnvConfig = Field(description="the env the teacher and the RL policy play")
+    eval_env: EnvConfig = Field(description="the env evaluations play (held-out problems where the env has them)")
+    agent: AgentConfig
+    teacher: str = Field(description="scripted teacher policy factory (registered name or import path)")
+    teacher_kwargs: dict[str, Any] = Field(default_factory=dict)
+    keep: KeepRule = KeepRule(min_return=1.0)
+    rl_temperature: float = Field(1.0, gt=0.0, description="sampling temperature of RL rollouts")
+    eval_seed: int = Field(100_000, description="first env seed of evaluations")
+    table: dict[str, str] = Field(description="demo table column -> metric key")
+
+
+def _recipes() -> dict[str, Recipe]:
+    from ludic_core.recipes import arithmetic, tic_tac_toe
+
+    return {"tic_tac_toe": tic_tac_toe.RECIPE, "arithmetic": arithmetic.RECIPE}
+
+
+RECIPES: tuple[str, ...] = ("tic_tac_toe", "arithmetic")
+
+
+def get_recipe(name: str) -> Recipe:
+    recipes = _recipes()
+    if name not in recipes:
+        raise ValueError(f"unknown recipe {name!r}; choose one of {sorted(recipes)}")
+    return recipes[name]

@@ -1,0 +1,133 @@
+"""Naming components in configs: a registered name or an import path.
+
+A config names an env, a scripted policy, a tool, a parser or a context the
+way gymnasium's `make("pkg:Env")` does, so a user's env in their own package
+runs from a YAML file or the Prefect UI without touching this project:
+
+- a bundled name (`tic_tac_toe`, `xml_tag`, ...),
+- a name a user package registers through a Python entry point, group
+  `ludic.envs` / `ludic.policies` / `ludic.tools` / `ludic.parsers` /
+  `ludic.contexts` (`[project.entry-points."ludic.envs"] my_env = "pkg.mod:MyEnv"`),
+- or an import path `package.module:Attribute`.
+
+Bundled entries are import paths too, so resolving one imports only what it
+names. Every failure is a `ComponentError` naming the value and the
+alternatives, raised before any episode runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+from importlib.metadata import entry_points
+from typing import Any, Callable, Literal, Mapping
+
+__all__ = ["ComponentError", "Kind", "BUNDLED", "registered", "resolve", "call_with_kwargs", "check_ref"]
+
+Kind = Literal["env", "policy", "tool", "parser", "context"]
+
+GROUPS: dict[str, str] = {"env": "ludic.envs", "policy": "ludic.policies", "tool": "ludic.tools",
+                          "parser": "ludic.parsers", "context": "ludic.contexts"}
+
+BUNDLED: dict[str, dict[str, str]] = {
+    "env": {
+        "tic_tac_toe": "ludic_core.envs.tic_tac_toe:TicTacToeEnv",
+        "tic_tac_toe_duel": "ludic_core.envs.tic_tac_toe:TicTacToeDuelEnv",
+        "arithmetic": "ludic_core.envs.arithmetic:ArithmeticEnv",
+        "dataset_qa": "ludic_core.envs.dataset_file:dataset_qa_env",
+    },
+    "policy": {
+        "tic_tac_toe_minimax": "ludic_core.envs.tic_tac_toe:minimax_teacher",
+        "tic_tac_toe_random": "ludic_core.envs.tic_tac_toe:random_player",
+        "arithmetic_oracle": "ludic_core.envs.arithmetic:arithmetic_oracle",
+    },
+    "tool": {},
+    "parser": {
+        "identity": "ludic_core.parsers:identity",
+        "xml_tag": "ludic_core.parsers:xml_tag_parser",
+        "think_prefix": "ludic_core.parsers:think_prefix_parser",
+        "boxed": "ludic_core.parsers:boxed_parser",
+    },
+    "context": {
+        "full_dialog": "ludic_core.context:FullDialog",
+        "sliding_window": "ludic_core.context:SlidingWindowContext",
+        "truncated_thinking": "ludic_core.context:TruncatedThinkingContext",
+    },
+}
+
+_NAME = re.compile(r"[A-Za-z_][\w.-]*")
+_PATH = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+class ComponentError(ValueError):
+    """A config names a component that cannot be found or built."""
+
+
+def registered(kind: Kind) -> dict[str, str]:
+    """name -> import path: the bundled entries, then the installed entry points
+    (a user package may override a bundled name; the last installed wins)."""
+    if kind not in GROUPS:
+        raise ComponentError(f"unknown component kind {kind!r}; expected one of {sorted(GROUPS)}")
+    names = dict(BUNDLED[kind])
+    for ep in entry_points(group=GROUPS[kind]):
+        names[ep.name] = ep.value
+    return names
+
+
+def check_ref(kind: Kind, ref: str) -> str:
+    """Syntax only (no import): a config validates where the user's package is
+    not installed (e.g. the Prefect server); `resolve` finds it at first use."""
+    if not isinstance(ref, str) or not (_PATH.fullmatch(ref) or _NAME.fullmatch(ref)):
+        raise ComponentError(f"{kind} {ref!r} is neither a registered name nor an import path 'package.module:Name'")
+    return ref
+
+
+def _import(path: str, what: str) -> Any:
+    module_name, _, attr = path.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ComponentError(f"{what}: cannot import module {module_name!r} ({exc})") from exc
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ComponentError(f"{what}: module {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def resolve(kind: Kind, ref: str) -> Any:
+    """The object `ref` names: a registered name, else an import path."""
+    check_ref(kind, ref)
+    names = registered(kind)
+    if ":" in ref:
+        obj = _import(ref, f"{kind} {ref!r}")
+    elif ref in names:
+        obj = _import(names[ref], f"{kind} {ref!r} (registered as {names[ref]!r})")
+    else:
+        raise ComponentError(f"unknown {kind} {ref!r}; registered {kind}s: {sorted(names)} "
+                             f"(or give an import path 'package.module:Name', or register one in "
+                             f"the entry-point group {GROUPS[kind]!r})")
+    if not callable(obj):
+        raise ComponentError(f"{kind} {ref!r} resolves to a {type(obj).__name__}, not a class or function")
+    return obj
+
+
+def call_with_kwargs(factory: Callable[..., Any], kwargs: Mapping[str, Any], what: str) -> Any:
+    """`factory(**kwargs)`, with an unknown or missing keyword named before the call."""
+    try:
+        sig = inspect.signature(factory)
+    except (TypeError, ValueError):  # builtins without a signature: let the call speak
+        sig = None
+    if sig is not None:
+        params = sig.parameters
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+        named = [n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        unknown = [k for k in kwargs if k not in named]
+        if unknown and not takes_any:
+            raise ComponentError(f"{what} takes no parameter {unknown[0]!r}; its parameters: {named}")
+        missing = [n for n, p in params.items() if p.default is p.empty and n not in kwargs
+                   and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        if missing:
+            raise ComponentError(f"{what} needs parameter {missing[0]!r} in its kwargs")
+    return factory(**kwargs)

@@ -1,0 +1,42 @@
+"""Run a training stage under torchrun, as a child process.
+
+The spec travels as a JSON file (no objects cross the process boundary) and
+every line the ranks print is handed to `on_line`, so an orchestrator (a
+Prefect task) can show it live; a non-zero exit is an error that says a retry
+resumes from the latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from ludic_core.training.stage_spec import StageSpec
+
+__all__ = ["run_torchrun"]
+
+
+def run_torchrun(spec: StageSpec, nproc: int, on_line: Callable[[str], Any] = print) -> dict[str, Any]:
+    """`torchrun --standalone --nproc_per_node=N -m ludic_core.training.stage`; returns rank 0's result."""
+    if nproc < 1:
+        raise ValueError(f"nproc must be >= 1, got {nproc}")
+    with tempfile.TemporaryDirectory(prefix="ludic-stage-") as tmp:
+        spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
+        spec_path.write_text(spec.model_dump_json())
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+               "-m", "ludic_core.training.stage", str(spec_path), str(result_path)]
+        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        on_line("launching: " + " ".join(cmd))
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            on_line("[torchrun] " + line.rstrip())
+        if proc.wait() != 0:
+            raise RuntimeError(f"torchrun stage exited with code {proc.returncode}; a retry resumes "
+                               f"from the latest checkpoint in {spec.checkpoint_dir}")
+        return json.loads(result_path.read_text())

@@ -1,0 +1,59 @@
+"""A stage's data and inference, built from its spec.
+
+Kept apart from the runner so the spec's data kinds (fixed SFT data, fresh
+rollouts of any env) and backends (in-process, vLLM) can grow without
+touching the resume/train/checkpoint loop.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ludic_core.training.stage_spec import DatasetData, RolloutData, StageSpec, group_size_of
+
+__all__ = ["batch_source", "inference", "needs_inference"]
+
+
+def needs_inference(spec: StageSpec) -> bool:
+    return isinstance(spec.data, RolloutData)
+
+
+def batch_source(spec: StageSpec, algorithm: Any, tokenizer: Any, client: Any) -> Any:
+    from ludic_core.batching.sources import OfflineBatchSource, RolloutBatchSource
+
+    data = spec.data
+    if isinstance(data, DatasetData):
+        from ludic_core.rejection import load_sft_items
+
+        items, _ = load_sft_items(data.path, tokenizer, use=data.use)
+        return OfflineBatchSource(items, batch_size=data.batch_size, seed=spec.trainer.seed)
+    from ludic_core.recipes.build import build_engine, episode_requests
+    from ludic_core.rollout import GRPORequestStrategy, IdentityStrategy
+
+    group = group_size_of(spec.algorithm)
+    n = data.requests_per_step
+    return RolloutBatchSource(
+        build_engine(data.env, data.agent, client),
+        lambda i: episode_requests(data.env, data.agent, data.schedule.seeds(n, offset=i * n)),
+        algorithm, max_steps=data.agent.max_turns,
+        strategy=GRPORequestStrategy(group, seed=data.schedule.start) if group > 1 else IdentityStrategy(),
+        max_seq_len=spec.trainer.max_seq_len,
+    )
+
+
+def inference(spec: StageSpec, serve_from: str) -> tuple[Any, Any]:
+    """(client, publisher): in-process by default, else the vLLM server in `spec.vllm`."""
+    if spec.vllm is None:
+        from ludic_core.inference import LocalChatClient
+        from ludic_core.publish import InProcessPublisher
+
+        client = LocalChatClient(serve_from, **spec.local.model_dump())
+        return client, InProcessPublisher(client)
+    from ludic_core.inference.vllm_client import VLLMChatClient
+    from ludic_core.publish.vllm import VLLMPolicyPublisher
+
+    key = os.environ.get(spec.vllm.api_key_env)
+    vclient = VLLMChatClient(spec.vllm.base_url, model=spec.vllm.model, api_key=key)
+    return vclient, VLLMPolicyPublisher(vclient.root_url, api_key=key, bucket_mb=spec.vllm.bucket_mb,
+                                        on_published=vclient.note_published)

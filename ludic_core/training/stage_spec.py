@@ -1,0 +1,88 @@
+"""What a training stage runs: a plain-JSON spec (torch-free).
+
+The same spec runs in-process or is written to a file for
+`torchrun ... -m ludic_core.training.stage SPEC.json`, so it holds names and
+numbers, never objects: data is a discriminated union on `kind`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import Field
+
+from ludic_core.config import AlgorithmConfig, LocalInferenceConfig, TrainerConfig
+from ludic_core.frozen import FrozenModel
+from ludic_core.recipes.configs import AgentConfig, EnvConfig, SeedSchedule
+
+__all__ = ["DatasetData", "RolloutData", "DataSpec", "VLLMEndpoint", "WandbSpec", "StageSpec", "group_size_of"]
+
+
+class DatasetData(FrozenModel):
+    """Fixed SFT data: a rejection-sampling dataset, any `datasets` directory or a
+    JSONL file with chat `messages` (loss on assistant turns)."""
+
+    kind: Literal["dataset"] = "dataset"
+    path: str = Field(description="dataset directory (save_to_disk) or .jsonl file")
+    batch_size: int = Field(64, ge=1)
+    use: Literal["auto", "tokens", "messages"] = Field(
+        "auto", description="auto = the stored token ids when they came from the student's tokenizer, "
+                            "else the chat messages rendered with the student's template")
+
+
+class RolloutData(FrozenModel):
+    """Fresh episodes of any env from the current policy, every step."""
+
+    kind: Literal["rollouts"] = "rollouts"
+    env: EnvConfig
+    agent: AgentConfig = AgentConfig()
+    requests_per_step: int = Field(8, ge=1, description="prompts (env seeds) per step; each is sampled group_size times")
+    schedule: SeedSchedule = Field(SeedSchedule(start=1_000), description="the env seeds of consecutive steps")
+
+
+DataSpec = Annotated[Union[DatasetData, RolloutData], Field(discriminator="kind")]
+
+
+class VLLMEndpoint(FrozenModel):
+    """Roll out through a running vLLM server and publish weights into it.
+
+    The API key is read from the environment variable `api_key_env`, so it is
+    never written into a spec file (torchrun stages read specs from disk).
+    """
+
+    base_url: str = Field(description="the server's OpenAI API root, e.g. http://127.0.0.1:8000/v1")
+    model: str = Field("policy", description="served model name")
+    api_key_env: str = Field("LUDIC_VLLM_API_KEY", description="environment variable holding the API key")
+    bucket_mb: int = Field(64, ge=1, description="weight-push bucket size")
+
+
+class WandbSpec(FrozenModel):
+    """Log a stage to Weights & Biases (rank 0). The key travels in `WANDB_API_KEY`, never in the spec."""
+
+    project: str = "ludic"
+    mode: Literal["online", "offline", "disabled"] = "offline"
+    run_name: str | None = None
+    directory: str | None = Field(None, description="where wandb writes its run (None = wandb's default)")
+
+
+class StageSpec(FrozenModel):
+    model_path: str = Field(description="initial weights (HF dir); later stages resume from checkpoints")
+    checkpoint_dir: str
+    algorithm: AlgorithmConfig
+    trainer: TrainerConfig = TrainerConfig()
+    data: DataSpec
+    until_step: int = Field(ge=1, description="train until the trainer's step counter reaches this")
+    metrics_path: str | None = None
+    progress_bar: bool = Field(False, description="a console progress bar (rank 0)")
+    title: str = Field("train", description="what the progress bar calls this job")
+    vllm: VLLMEndpoint | None = Field(None, description="None = in-process LocalChatClient")
+    local: LocalInferenceConfig = Field(LocalInferenceConfig(), description="the in-process LocalChatClient")
+    wandb: WandbSpec | None = Field(None, description="also log to wandb")
+
+
+def group_size_of(algorithm: AlgorithmConfig) -> int:
+    """Samples per prompt: the algorithm's `group_size` (stated once, there), 1 without groups."""
+    size = getattr(algorithm, "group_size", None)
+    if size is None and hasattr(algorithm, "group_size"):
+        raise ValueError(f"algorithm {algorithm.type!r} compares samples of one prompt: set its group_size")
+    return int(size or 1)

@@ -1,0 +1,91 @@
+"""Teacher != student through the flows: a vLLM-served teacher (exact ids, same
+tokenizer) and a teacher with another tokenizer (messages, rendered by the student)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from flows.policies import VLLMPolicy
+from flows.rejection_sampling import RejectionSamplingConfig, rejection_sampling
+from flows.sft import SFTFlowConfig, sft
+from ludic_core.config import TrainerConfig
+from ludic_core.recipes.policy import ModelPolicy
+from ludic_core.recipes.tic_tac_toe import AGENT, ENV
+from ludic_core.rejection import KeepRule
+
+
+def _sample(teacher, student: Path, out: Path) -> dict:
+    rejection_sampling(RejectionSamplingConfig(env=ENV, agent=AGENT, teacher=teacher, student_path=str(student),
+                                               prompts=6, samples_per_prompt=2, keep=KeepRule(), out_dir=str(out)))
+    return json.loads((out / "done.json").read_text())
+
+
+def _sft_steps(student: Path, dataset: str, out: Path) -> list[float]:
+    model = sft(SFTFlowConfig(model_path=str(student), dataset_path=dataset, out_dir=str(out), steps=2,
+                              steps_per_stage=2, batch_size=4, trainer=TrainerConfig(lr=1e-3)))
+    assert Path(model, "model.safetensors").exists()
+    return [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_served_teacher_gives_exact_ids(prefect_api, format_tuned_model_dir, tiny_model_dir, tmp_path):
+    from datasets import load_from_disk
+
+    started = _sample(VLLMPolicy(model_path=str(format_tuned_model_dir)), tiny_model_dir, tmp_path / "started")
+    # the same byte tokenizer on both sides: ids are stored, and they are what the student trains on
+    assert started["token_ids"] and started["sampled"] == 12.0
+    rows = load_from_disk(started["dataset_path"])
+    assert all(r["completion_token_ids"] and r["messages"][-1]["role"] == "assistant" for r in rows)
+    assert rows[0]["messages"][-2]["content"].startswith("Board:")
+    assert len(_sft_steps(tiny_model_dir, started["dataset_path"], tmp_path / "sft")) == 2
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_a_running_server_named_by_an_endpoint_block(prefect_api, format_tuned_model_dir, tiny_model_dir, tmp_path):
+    from blocks import InferenceEndpoint
+    from ludic_core.inference.vllm_server import VLLMServerConfig, start_vllm_server
+
+    server, key = start_vllm_server(format_tuned_model_dir, VLLMServerConfig(log_dir=str(tmp_path / "logs")))
+    try:
+        InferenceEndpoint(kind="vllm", base_url=server.base_url, model_path=server.model_name,
+                          api_key=key).save("teacher-server", overwrite=True)
+        blocked = _sample(VLLMPolicy(endpoint_block="teacher-server"), tiny_model_dir, tmp_path / "block")
+    finally:
+        server.stop()
+    # the served model's tokenizer is not at hand here, so the dataset holds messages only
+    assert not blocked["token_ids"] and blocked["sampled"] == 12.0 and blocked["kept"] >= 1
+
+
+@pytest.mark.slow
+def test_teacher_with_another_tokenizer_goes_through_messages(prefect_api, format_tuned_model_dir, tiny_model_dir,
+                                                              tmp_path):
+    from datasets import load_from_disk
+
+    from ludic_core.models import load_model_and_tokenizer
+
+    model, tok = load_model_and_tokenizer(format_tuned_model_dir)
+    tok.add_tokens([f"<extra_{i}>" for i in range(4)])  # another vocabulary: another fingerprint
+    model.resize_token_embeddings(len(tok))
+    foreign = tmp_path / "foreign"
+    model.save_pretrained(foreign)
+    tok.save_pretrained(foreign)
+    done = _sample(ModelPolicy(model_path=str(foreign)), tiny_model_dir, tmp_path / "rs")
+    assert not done["token_ids"]
+    rows = load_from_disk(done["dataset_path"])
+    assert all(r["completion_token_ids"] == [] and r["tokenizer"] == "" for r in rows)
+    losses = _sft_steps(tiny_model_dir, done["dataset_path"], tmp_path / "sft")
+    assert len(losses) == 2 and all(loss > 0 for loss in losses)
+
+
+def test_a_vllm_policy_names_one_source():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="exactly one of model_path"):
+        VLLMPolicy()
+    with pytest.raises(ValidationError, match="exactly one of model_path"):
+        VLLMPolicy(model_path="m", endpoint_block="b")

@@ -1,0 +1,68 @@
+"""Rejection sampling's keep rules and dataset: chats always, exact ids only for the student's tokenizer."""
+
+import pytest
+
+from ludic_core.rejection import KeepRule, keep_episodes, load_sft_items, rollouts_to_dataset, save_dataset
+from ludic_core.types import Rollout, Step, TokenTrace
+
+
+def _episode(group, ret, replies=("a",), failed=False, parse_error=False):
+    steps = [Step(index=i, prev_obs=f"q{i}", action=r, next_obs=None, reward=ret if i == len(replies) - 1 else 0.0,
+                  info={"prompt_messages": [{"role": "user", "content": f"q{i}"}], "parse_error": parse_error},
+                  trace=TokenTrace(prompt_token_ids=[1, 2], completion_token_ids=[3, 4]))
+             for i, r in enumerate(replies)]
+    return Rollout(steps=steps, meta={"group_id": group, **({"failed": True} if failed else {})})
+
+
+def test_keep_rules_by_hand():
+    eps = [_episode("g1", 1.0, ("x",)), _episode("g1", 0.5, ("y",)), _episode("g1", 1.0, ("x",)),
+           _episode("g2", 0.0, ("z",)), _episode("g2", 0.5, ("w",)), _episode("g3", 1.0, failed=True)]
+    kept, stats = keep_episodes(eps, KeepRule(min_return=0.5))
+    assert kept == eps[:3] + [eps[4]]
+    # 6 sampled, 1 failed; mean return over the 5 finished: (1 + .5 + 1 + 0 + .5) / 5 = 0.6
+    assert stats == {"sampled": 6.0, "failed": 1.0, "kept": 4.0, "keep_rate": 4 / 6, "mean_return": 0.6}
+    best, _ = keep_episodes(eps, KeepRule(best_of_group=True))
+    assert best == [eps[0], eps[4]]  # g1's first best (ties keep the first), g2's 0.5; g3 failed
+    unique, _ = keep_episodes(eps, KeepRule(dedupe=True))
+    assert unique == [eps[0], eps[1], eps[3], eps[4]]  # eps[2] repeats eps[0] turn for turn
+    assert keep_episodes(eps, KeepRule(min_return=2.0))[0] == []
+
+
+def test_dataset_rows_are_model_calls_with_messages(tmp_path):
+    eps = [_episode("g", 1.0, ("r0", "r1")), _episode("h", 1.0, ("bad",), parse_error=True)]
+    ds = rollouts_to_dataset(eps, tokenizer="fp")
+    assert len(ds) == 2  # the unparseable reply is not worth imitating
+    assert ds[1]["messages"] == [{"role": "user", "content": "q1"}, {"role": "assistant", "content": "r1"}]
+    assert ds[1]["completion_token_ids"] == [3, 4] and ds[1]["tokenizer"] == "fp" and ds[1]["group_id"] == "g"
+    no_ids = rollouts_to_dataset(eps, tokenizer=None)
+    assert no_ids[0]["completion_token_ids"] == [] and no_ids[0]["tokenizer"] == ""
+
+
+def test_sft_uses_exact_ids_only_when_the_tokenizer_is_the_students(tiny_model_and_tokenizer, tmp_path):
+    from ludic_core.models import build_byte_tokenizer, tokenizer_fingerprint
+
+    _, tok = tiny_model_and_tokenizer
+    reply = "<move>5</move>"
+    chat = [{"role": "user", "content": "Board?"}]
+    prompt_ids = tok.encode(tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=False),
+                            add_special_tokens=False)
+    completion = tok.encode(reply, add_special_tokens=False) + [tok.eos_token_id]
+    step = Step(index=0, prev_obs="Board?", action=reply, next_obs=None, reward=1.0,
+                info={"prompt_messages": chat}, trace=TokenTrace(prompt_ids, completion))
+    episode = Rollout(steps=[step])
+    same = save_dataset(rollouts_to_dataset([episode], tokenizer=tokenizer_fingerprint(tok)), tmp_path / "same")
+    items, used = load_sft_items(same, tok)
+    assert used == "tokens" and items[0].input_ids == prompt_ids + completion
+
+    other = build_byte_tokenizer()
+    other.chat_template = "{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}{% endfor %}"
+    assert tokenizer_fingerprint(other) != tokenizer_fingerprint(tok)
+    foreign = save_dataset(rollouts_to_dataset([episode], tokenizer=tokenizer_fingerprint(other)), tmp_path / "f")
+    items, used = load_sft_items(foreign, tok)
+    # rendered with the student's own template: the same ids as the student would have produced
+    assert used == "messages" and items[0].input_ids == prompt_ids + completion
+    assert sum(items[0].action_mask) == len(completion)
+    with pytest.raises(ValueError, match="use must be"):
+        load_sft_items(foreign, tok, use="bytes")
+    with pytest.raises(FileNotFoundError, match="no dataset at"):
+        load_sft_items(tmp_path / "nothing", tok)
