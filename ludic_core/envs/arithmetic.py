@@ -9,6 +9,7 @@ level (one +/- of numbers up to 20) is learnable by a very small model.
 from __future__ import annotations
 
 import random
+from functools import lru_cache
 import re
 from typing import Callable, Literal
 
@@ -154,6 +155,18 @@ def generate_arithmetic_problems(
     return problems
 
 
+class _ProblemSet(tuple):
+    """Generated problems with `column_names` (read by `DatasetQAEnv` instead of scanning rows)."""
+
+    column_names = ["answer", "question"]
+
+
+@lru_cache(maxsize=16)
+def _problem_set(n: int, seed: int, difficulty: Difficulty) -> _ProblemSet:
+    """An env is built per episode: generating 4000 problems each time cost minutes per 4096 episodes."""
+    return _ProblemSet(generate_arithmetic_problems(n, seed=seed, difficulty=difficulty))
+
+
 class ArithmeticEnv(DatasetQAEnv):
     """`DatasetQAEnv` over generated problems, graded numerically.
 
@@ -169,7 +182,7 @@ class ArithmeticEnv(DatasetQAEnv):
         index: int | None = None,
     ) -> None:
         super().__init__(
-            generate_arithmetic_problems(n, seed=seed, difficulty=difficulty),
+            _problem_set(n, seed, difficulty),
             target_parser=gsm8k_target_parser,
             verifier=numeric_verifier,
             system_prompt=system_prompt,
