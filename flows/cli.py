@@ -79,7 +79,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     cfg = DemoConfig(**overrides)
     start = time.perf_counter()
     result = demo(cfg)
-    _print_table(result["rows"], f"{result['recipe']}: greedy evaluation ({cfg.eval_episodes} episodes)")
+    _print_table(result["rows"], f"{result['recipe']}: greedy evaluation ({result['eval_episodes']} episodes)")
     print(f"demo chain done in {time.perf_counter() - start:.0f} s; outputs under {cfg.out}")
     for stage, path in result["lineage"].items():
         print(f"  {stage}: {path}")

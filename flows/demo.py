@@ -38,7 +38,7 @@ class DemoConfig(FlowConfig):
     rl_steps: int = Field(30, ge=1)
     rl_lr: float = Field(1e-4, gt=0)
     group_size: int = Field(8, ge=2, description="GRPO samples per prompt")
-    eval_episodes: int = Field(400, ge=1, description="greedy episodes per evaluation")
+    eval_episodes: int | None = Field(None, ge=1, description="greedy episodes per evaluation (None = the recipe's)")
     launcher: Literal["in_process", "torchrun"] = "in_process"
     progress_bar: bool = Field(True, description="console progress bars for training stages")
 
@@ -52,7 +52,7 @@ def _row(stage: str, recipe: Recipe, m: dict[str, float]) -> dict:
 
 
 def _evaluate(model_path: str, recipe: Recipe, cfg: DemoConfig) -> dict[str, float]:
-    seeds = list(range(recipe.eval_seed, recipe.eval_seed + cfg.eval_episodes))
+    seeds = list(range(recipe.eval_seed, recipe.eval_seed + (cfg.eval_episodes or recipe.eval_episodes)))
     return evaluate_policy(ModelPolicy(model_path=model_path), recipe.eval_env, recipe.agent, seeds=seeds)
 
 
@@ -80,8 +80,10 @@ def demo(cfg: DemoConfig) -> dict:
         steps_per_stage=max(cfg.rl_steps // 2, 1), eval_episodes=0, launcher=cfg.launcher,
         progress_bar=cfg.progress_bar))
     rows.append(_row("after RL", recipe, _evaluate(rl_model, recipe, cfg)))
-    table_artifact("demo-results", rows, f"{recipe.name}: {cfg.eval_episodes} greedy episodes per evaluation")
+    table_artifact("demo-results", rows,
+                   f"{recipe.name}: {cfg.eval_episodes or recipe.eval_episodes} greedy episodes per evaluation")
     lineage = {"model": model_path, "rejection sampling dataset": dataset, "SFT model": sft_model,
                "RL model": rl_model}
     lineage_artifact("demo-lineage", lineage)
-    return {"rows": rows, "lineage": lineage, "recipe": recipe.name}
+    return {"rows": rows, "lineage": lineage, "recipe": recipe.name,
+            "eval_episodes": cfg.eval_episodes or recipe.eval_episodes}

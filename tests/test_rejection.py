@@ -66,3 +66,17 @@ def test_sft_uses_exact_ids_only_when_the_tokenizer_is_the_students(tiny_model_a
         load_sft_items(foreign, tok, use="bytes")
     with pytest.raises(FileNotFoundError, match="no dataset at"):
         load_sft_items(tmp_path / "nothing", tok)
+
+
+def test_fingerprint_sees_vocabulary_and_template_not_the_pad_token():
+    from ludic_core.models import build_byte_tokenizer, tokenizer_fingerprint
+
+    base = tokenizer_fingerprint(build_byte_tokenizer())
+    padded = build_byte_tokenizer()
+    padded.pad_token = padded.eos_token  # what loaders do for a model without a pad token
+    assert tokenizer_fingerprint(padded) == base
+    bigger = build_byte_tokenizer()
+    bigger.add_tokens(["<extra>"])
+    templated = build_byte_tokenizer()
+    templated.chat_template = "{{ messages[0]['content'] }}"
+    assert len({base, tokenizer_fingerprint(bigger), tokenizer_fingerprint(templated)}) == 3

@@ -19,7 +19,8 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
     """A short hash of everything that maps chat text to ids."""
     state = {
         "vocab": sorted(tokenizer.get_vocab().items()),
-        "special": {k: str(v) for k, v in sorted(tokenizer.special_tokens_map.items())},
+        # the pad token never appears in chat text (loaders set one where a model has none)
+        "special": {k: str(v) for k, v in sorted(tokenizer.special_tokens_map.items()) if k != "pad_token"},
         "template": tokenizer.chat_template or "",
         "class": type(tokenizer).__name__,
     }

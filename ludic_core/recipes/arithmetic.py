@@ -20,6 +20,7 @@ RECIPE = Recipe(
                       sampling=SamplingConfig(max_tokens=20), max_turns=1),
     teacher="arithmetic_oracle",
     rl_temperature=1.0,
-    eval_seed=0,  # seeds 0..N-1 walk the held-out problems once each
+    eval_seed=0,  # seeds 0..299 walk the held-out problems once each
+    eval_episodes=300,
     table={"accuracy": "success_rate", "parse errors": "parse_error_rate"},
 )
