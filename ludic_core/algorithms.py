@@ -19,6 +19,7 @@ from ludic_core.batching.saw import SAWBatch, build_saw_batch
 from ludic_core.config import (
     AlgorithmConfig,
     CISPOConfig,
+    DynamicSampling,
     GRPOConfig,
     GSPOConfig,
     ReinforceBaselineConfig,
@@ -46,6 +47,7 @@ from ludic_core.losses import (
     ReinforceBaselineLoss,
     ReinforceLoss,
     TokenKLLoss,
+    declared,
 )
 from ludic_core.types import Rollout
 
@@ -69,9 +71,22 @@ class RLAlgorithm:
     name: str
     credit_assigner: CreditAssigner
     loss: Loss
-    #: ratio-based losses need the actor's sampling log-probs on every item
-    requires_actor_logprobs: bool = False
     rollout_filters: list[RolloutFilter] = field(default_factory=list)
+    #: read by `RolloutBatchSource`: draw until enough groups carry signal (DAPO)
+    dynamic_sampling: DynamicSampling | None = None
+
+    def __post_init__(self) -> None:
+        declared(self.loss, "needs_entropy")
+        declared(self.loss, "needs_actor_logprobs")
+        if self.dynamic_sampling is not None and drop_zero_variance_groups not in self.rollout_filters:
+            # train on the groups that carry signal, as DAPO does
+            self.rollout_filters.append(drop_zero_variance_groups)
+
+    @property
+    def requires_actor_logprobs(self) -> bool:
+        """Whether every item must carry the sampler's log-probs: the loss says
+        (ratio and behaviour-KL terms read them), so no preset can get it wrong."""
+        return declared(self.loss, "needs_actor_logprobs")
 
     def prepare(self, rollouts: Sequence[Rollout], *, max_seq_len: int | None = None,
                 overlong: str = "error") -> SAWBatch:
@@ -96,7 +111,8 @@ def make_reinforce_baseline() -> RLAlgorithm:
 
 
 def make_grpo(*, group_size: int | None = None, normalize_std: bool = True, clip_low: float = 0.2,
-              clip_high: float = 0.2, kl_coef: float = 0.0, entropy_coef: float = 0.0) -> RLAlgorithm:
+              clip_high: float = 0.2, kl_coef: float = 0.0, entropy_coef: float = 0.0,
+              dynamic_sampling: DynamicSampling | None = None) -> RLAlgorithm:
     terms: list[tuple[str, Any, float]] = [("pg", ClippedSurrogateLoss(clip_low, clip_high), 1.0)]
     if kl_coef > 0:
         terms.append(("kl", TokenKLLoss(coef=kl_coef), 1.0))
@@ -104,32 +120,32 @@ def make_grpo(*, group_size: int | None = None, normalize_std: bool = True, clip
         terms.append(("entropy", EntropyBonus(coef=entropy_coef), 1.0))
     loss = terms[0][1] if len(terms) == 1 else CompositeLoss(terms)
     credit = GroupNormalizedReturn(normalize_std=normalize_std, expected_group_size=group_size)
-    return RLAlgorithm("grpo", credit, loss, requires_actor_logprobs=True)
+    return RLAlgorithm("grpo", credit, loss, dynamic_sampling=dynamic_sampling)
 
 
-def make_gspo(*, group_size: int | None = None, clip_low: float = 3e-4, clip_high: float = 4e-4) -> RLAlgorithm:
+def make_gspo(*, group_size: int | None = None, clip_low: float = 3e-4, clip_high: float = 4e-4,
+              dynamic_sampling: DynamicSampling | None = None) -> RLAlgorithm:
     credit = GroupNormalizedReturn(expected_group_size=group_size)
-    return RLAlgorithm("gspo", credit, GSPOLoss(clip_low, clip_high), requires_actor_logprobs=True)
+    return RLAlgorithm("gspo", credit, GSPOLoss(clip_low, clip_high), dynamic_sampling=dynamic_sampling)
 
 
-def make_cispo(*, group_size: int | None = None, eps_high: float = 2.0) -> RLAlgorithm:
+def make_cispo(*, group_size: int | None = None, eps_high: float = 2.0,
+               dynamic_sampling: DynamicSampling | None = None) -> RLAlgorithm:
     credit = GroupNormalizedReturn(expected_group_size=group_size)
-    return RLAlgorithm("cispo", credit, CISPOLoss(eps_high=eps_high), requires_actor_logprobs=True)
+    return RLAlgorithm("cispo", credit, CISPOLoss(eps_high=eps_high), dynamic_sampling=dynamic_sampling)
 
 
 def make_sft() -> RLAlgorithm:
     return RLAlgorithm("sft", ConstantCredit(1.0), MaskedCrossEntropyLoss())
 
 
-def make_scalerl(*, group_size: int | None = None, eps_high: float = 2.0) -> RLAlgorithm:
-    def zero_variance(rs: list[Rollout]) -> tuple[list[Rollout], int]:
-        return drop_zero_variance_groups(rs)
-
+def make_scalerl(*, group_size: int | None = None, eps_high: float = 2.0,
+                 dynamic_sampling: DynamicSampling | None = None) -> RLAlgorithm:
     credit = HybridNormalizedReturn()
     if group_size is not None:
         credit.expected_group_size = group_size  # type: ignore[attr-defined]
-    return RLAlgorithm("scalerl", credit, CISPOLoss(eps_high=eps_high), requires_actor_logprobs=True,
-                       rollout_filters=[zero_variance])
+    return RLAlgorithm("scalerl", credit, CISPOLoss(eps_high=eps_high),
+                       rollout_filters=[drop_zero_variance_groups], dynamic_sampling=dynamic_sampling)
 
 
 def build_algorithm(cfg: AlgorithmConfig) -> RLAlgorithm:
@@ -140,13 +156,15 @@ def build_algorithm(cfg: AlgorithmConfig) -> RLAlgorithm:
         return make_reinforce_baseline()
     if isinstance(cfg, GRPOConfig):
         return make_grpo(group_size=cfg.group_size, normalize_std=cfg.normalize_std, clip_low=cfg.clip_low,
-                         clip_high=cfg.clip_high, kl_coef=cfg.kl_coef, entropy_coef=cfg.entropy_coef)
+                         clip_high=cfg.clip_high, kl_coef=cfg.kl_coef, entropy_coef=cfg.entropy_coef,
+                         dynamic_sampling=cfg.dynamic_sampling)
     if isinstance(cfg, GSPOConfig):
-        return make_gspo(group_size=cfg.group_size, clip_low=cfg.clip_low, clip_high=cfg.clip_high)
+        return make_gspo(group_size=cfg.group_size, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
+                         dynamic_sampling=cfg.dynamic_sampling)
     if isinstance(cfg, CISPOConfig):
-        return make_cispo(group_size=cfg.group_size, eps_high=cfg.eps_high)
+        return make_cispo(group_size=cfg.group_size, eps_high=cfg.eps_high, dynamic_sampling=cfg.dynamic_sampling)
     if isinstance(cfg, SFTConfig):
         return make_sft()
     if isinstance(cfg, ScaleRLConfig):
-        return make_scalerl(group_size=cfg.group_size, eps_high=cfg.eps_high)
+        return make_scalerl(group_size=cfg.group_size, eps_high=cfg.eps_high, dynamic_sampling=cfg.dynamic_sampling)
     raise TypeError(f"unknown algorithm config {type(cfg).__name__}")

@@ -47,6 +47,10 @@ class LossOutputs:
 class Loss(Protocol):
     #: True when `inputs.entropy` must be computed by the trainer.
     needs_entropy: bool
+    #: True when the loss reads `old_logprobs` (ratios, KL to the behaviour
+    #: policy): the trainer then refuses items without the sampler's log-probs
+    #: and scores at the sampling temperature, instead of comparing against zeros.
+    needs_actor_logprobs: bool
 
     def __call__(self, inputs: LossInputs) -> LossOutputs: ...
 
@@ -69,7 +73,7 @@ def reduce_tokens(values: torch.Tensor, inputs: LossInputs, reduction: Reduction
 
 # --- helpers shared by the loss terms (appended; the contract above is fixed) ---
 
-__all__ += ["check_inputs", "masked_mean", "masked_log_ratio", "sequence_advantages"]
+__all__ += ["check_inputs", "masked_mean", "masked_log_ratio", "sequence_advantages", "declared"]
 
 
 def check_inputs(inputs: LossInputs) -> None:
@@ -112,3 +116,15 @@ def masked_log_ratio(inputs: LossInputs) -> torch.Tensor:
     """
     diff = inputs.logprobs - inputs.old_logprobs.detach()
     return torch.where(inputs.mask > 0, diff, torch.zeros_like(diff))
+
+
+def declared(loss: object, flag: str) -> bool:
+    """`loss.<flag>` (`needs_entropy` or `needs_actor_logprobs`), or a ValueError
+    naming the loss: guessing False for a ratio loss would silently compare its
+    log-probs against zeros."""
+    value = getattr(loss, flag, None)
+    if not isinstance(value, bool):
+        raise ValueError(f"loss {type(loss).__name__} must declare `{flag}: bool` "
+                         f"(see ludic_core.losses.base.Loss), got {value!r}")
+    return value
+

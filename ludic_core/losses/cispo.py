@@ -42,6 +42,7 @@ class CISPOLoss:
     eps_low: float | None = None
     reduction: Reduction = "token"
     needs_entropy: ClassVar[bool] = False
+    needs_actor_logprobs: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         if self.eps_high < 0.0:

@@ -36,6 +36,7 @@ class ClippedSurrogateLoss:
     clip_high: float = 0.2
     reduction: Reduction = "token"
     needs_entropy: ClassVar[bool] = False
+    needs_actor_logprobs: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.clip_low < 1.0:

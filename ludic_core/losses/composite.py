@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ludic_core.losses.base import Loss, LossInputs, LossOutputs
+from ludic_core.losses.base import Loss, LossInputs, LossOutputs, declared
 
 __all__ = ["CompositeLoss"]
 
@@ -19,11 +19,13 @@ class CompositeLoss:
     """loss = sum(weight * term(inputs).loss) over `terms` = [(name, loss, weight)].
 
     Metrics: every term's metric as "<name>/<metric>" plus "<name>/loss" (the
-    term's unweighted loss). `needs_entropy` is true if any term needs it.
+    term's unweighted loss). `needs_entropy` and `needs_actor_logprobs` are
+    true if any term needs it.
     """
 
     terms: list[tuple[str, Loss, float]]
     needs_entropy: bool = field(init=False)
+    needs_actor_logprobs: bool = field(init=False)
 
     def __post_init__(self) -> None:
         if not self.terms:
@@ -32,7 +34,8 @@ class CompositeLoss:
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"duplicate term names {dupes}: metric keys would collide")
-        self.needs_entropy = any(term.needs_entropy for _, term, _ in self.terms)
+        self.needs_entropy = any(declared(term, "needs_entropy") for _, term, _ in self.terms)
+        self.needs_actor_logprobs = any(declared(term, "needs_actor_logprobs") for _, term, _ in self.terms)
 
     def __call__(self, inputs: LossInputs) -> LossOutputs:
         total = None

@@ -29,6 +29,7 @@ class MaskedCrossEntropyLoss:
 
     reduction: Reduction = "token"
     needs_entropy: ClassVar[bool] = False
+    needs_actor_logprobs: ClassVar[bool] = False
 
     def __call__(self, inputs: LossInputs) -> LossOutputs:
         check_inputs(inputs)

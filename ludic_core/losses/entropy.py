@@ -44,6 +44,7 @@ class EntropyBonus:
     coef: float = 0.01
     reduction: Reduction = "token"
     needs_entropy: ClassVar[bool] = True
+    needs_actor_logprobs: ClassVar[bool] = False
 
     def __call__(self, inputs: LossInputs) -> LossOutputs:
         if inputs.entropy is None:

@@ -41,6 +41,7 @@ class GSPOLoss:
     clip_low: float = 3e-4
     clip_high: float = 4e-4
     needs_entropy: ClassVar[bool] = False
+    needs_actor_logprobs: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.clip_low < 1.0:

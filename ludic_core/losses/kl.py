@@ -37,6 +37,7 @@ class TokenKLLoss:
     coef: float = 0.1
     reduction: Reduction = "token"
     needs_entropy: ClassVar[bool] = False
+    needs_actor_logprobs: ClassVar[bool] = True
 
     def __call__(self, inputs: LossInputs) -> LossOutputs:
         check_inputs(inputs)

@@ -31,6 +31,7 @@ class ReinforceBaselineLoss:
 
     reduction: Reduction = "token"
     needs_entropy: ClassVar[bool] = False
+    needs_actor_logprobs: ClassVar[bool] = False
 
     def __call__(self, inputs: LossInputs) -> LossOutputs:
         check_inputs(inputs)

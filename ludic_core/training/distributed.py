@@ -31,6 +31,7 @@ __all__ = [
     "DistContext",
     "all_gather_json",
     "all_reduce_sum",
+    "all_reduce_floats",
     "barrier",
     "broadcast_object_json",
     "check_ranks_fit_gpus",
@@ -187,6 +188,17 @@ def all_reduce_sum(x: float, ctx: DistContext) -> float:
     t = torch.tensor([x], dtype=torch.float64, device=_comm_device(ctx))
     dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return float(t.item())
+
+
+def all_reduce_floats(xs: list[float], op: str, ctx: DistContext) -> list[float]:
+    """Reduce a list of numbers elementwise over ranks in one call (op: sum, max, min);
+    every rank must pass the same length."""
+    if not ctx.is_distributed or not xs:
+        return list(xs)
+    ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+    t = torch.tensor(xs, dtype=torch.float64, device=_comm_device(ctx))
+    dist.all_reduce(t, op=ops[op])
+    return [float(v) for v in t.tolist()]
 
 
 def barrier(ctx: DistContext) -> None:

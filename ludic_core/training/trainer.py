@@ -31,6 +31,7 @@ from ludic_core.training.checkpoint import latest_checkpoint, load_checkpoint, s
 from ludic_core.training.lora import apply_lora, is_lora, merged_state_dict
 from ludic_core.training.schedules import lr_multiplier
 from ludic_core.training.scoring import PolicyScorer
+from ludic_core.training.step_metrics import StepMetrics
 
 __all__ = ["Trainer"]
 
@@ -102,7 +103,7 @@ class Trainer:
             fresh = [i for i in items if i.meta.get("policy_version") is None
                      or self.policy_version - int(i.meta["policy_version"]) <= self.cfg.max_lag]
             stale, items = len(items) - len(fresh), fresh
-        if getattr(self.algorithm, "requires_actor_logprobs", False):
+        if self.algorithm.requires_actor_logprobs:
             missing = [i.meta for i in items if i.actor_logprobs is None]
             if missing:
                 raise ValueError(
@@ -135,14 +136,14 @@ class Trainer:
         acting = mb.action_mask[:, 1:].sum(0).nonzero()
         start = int(acting[0]) if len(acting) else 0
         temps = None
-        if mb.temperatures is not None and getattr(self.algorithm, "requires_actor_logprobs", False):
+        if mb.temperatures is not None and self.algorithm.requires_actor_logprobs:
             # actor log-probs are of softmax(logits / T): compare like with like
             # (top-p renormalisation is not replayed: keep top_p=1 for ratio losses)
             if bool((mb.temperatures != 1.0).any()):
                 temps = mb.temperatures
         loss_fn = self.algorithm.loss
         logprobs, entropy = self.scorer(mb.input_ids.to(device), mb.attention_mask.to(device), start, temps,
-                                        need_entropy=getattr(loss_fn, "needs_entropy", False))
+                                        need_entropy=loss_fn.needs_entropy)
         inputs = LossInputs(
             logprobs=logprobs,
             old_logprobs=mb.actor_logprobs[:, start + 1:].to(device),
@@ -168,16 +169,16 @@ class Trainer:
         }
         weight_sum = dist_utils.all_reduce_sum(sum(float(mb.weights.sum()) for mb in real), self.ctx)
         totals["mean_weight"] = weight_sum / max(totals["sequences"], 1.0)
-        loss_total, metric_sums = 0.0, {}
+        loss_total, step_metrics = 0.0, StepMetrics()
         for i, mb in enumerate(mbs):
             dist_utils.set_gradient_sync(self.model, i == len(mbs) - 1)
             loss, metrics = self._forward_loss(mb, totals)
             # FSDP averages gradients over ranks; our normaliser is already global.
             (loss * self.ctx.world_size).backward()
             loss_total += float(loss.detach())
-            share = mb.action_tokens / max(totals["tokens"], 1.0)
-            for k, v in metrics.items():
-                metric_sums[k] = metric_sums.get(k, 0.0) + share * float(v)
+            step_metrics.add(metrics, share=mb.action_tokens / max(totals["tokens"], 1.0),
+                             has_tokens=mb.action_tokens > 0)
+        metric_sums = step_metrics.result(self.ctx)
         grad_norm = self._clip()
         self.optimizer.step()
         self.scheduler.step()
