@@ -22,6 +22,7 @@ __all__ = [
     "CISPOConfig",
     "SFTConfig",
     "ScaleRLConfig",
+    "DynamicSampling",
     "AlgorithmConfig",
     "LoRAConfig",
     "TrainerConfig",
@@ -32,6 +33,20 @@ __all__ = [
 _DEVICE_PATTERN = r"^(auto|cpu|cuda(:\d+)?)$"
 _DEVICE_DOC = "auto (CUDA when present, else CPU) | cpu | cuda | cuda:N"
 DType = Literal["auto", "float32", "bfloat16", "float16"]
+
+
+class DynamicSampling(FrozenModel):
+    """DAPO's dynamic sampling. A group whose episodes all end with the same
+    return has zero advantage and teaches nothing (most groups, once a policy is
+    good at a game), so each step draws request batches until it holds
+    `min_groups` groups with a return spread, or `max_draws` batches were drawn,
+    and trains on those groups only. The step's metrics count both."""
+
+    min_groups: int = Field(ge=1, description="groups with a return spread each step needs")
+    max_draws: int = Field(4, ge=1, description="request batches drawn at most per step (then train on what there is)")
+
+
+_DYNAMIC = "None = off; else draw more request batches until enough groups carry signal (DAPO)"
 
 
 class ReinforceConfig(FrozenModel):
@@ -57,6 +72,7 @@ class GRPOConfig(FrozenModel):
     clip_high: float = Field(0.2, ge=0.0)
     kl_coef: float = Field(0.0, ge=0.0, description="k3 KL to the behaviour policy")
     entropy_coef: float = Field(0.0, ge=0.0)
+    dynamic_sampling: DynamicSampling | None = Field(None, description=_DYNAMIC)
 
 
 class GSPOConfig(FrozenModel):
@@ -66,6 +82,7 @@ class GSPOConfig(FrozenModel):
     group_size: int | None = Field(None, ge=2)
     clip_low: float = Field(3e-4, ge=0.0, lt=1.0)
     clip_high: float = Field(4e-4, ge=0.0)
+    dynamic_sampling: DynamicSampling | None = Field(None, description=_DYNAMIC)
 
 
 class CISPOConfig(FrozenModel):
@@ -74,6 +91,7 @@ class CISPOConfig(FrozenModel):
     type: Literal["cispo"] = "cispo"
     group_size: int | None = Field(None, ge=2)
     eps_high: float = Field(2.0, gt=0.0, description="IS weight capped at 1 + eps_high")
+    dynamic_sampling: DynamicSampling | None = Field(None, description=_DYNAMIC)
 
 
 class SFTConfig(FrozenModel):
@@ -89,6 +107,7 @@ class ScaleRLConfig(FrozenModel):
     type: Literal["scalerl"] = "scalerl"
     group_size: int | None = Field(None, ge=2)
     eps_high: float = Field(2.0, gt=0.0)
+    dynamic_sampling: DynamicSampling | None = Field(None, description=_DYNAMIC)
 
 
 AlgorithmConfig = Annotated[

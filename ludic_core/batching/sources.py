@@ -23,6 +23,7 @@ __all__ = [
     "OfflineBatchSource",
     "chat_example_to_item",
     "rollout_stats",
+    "signal_groups",
 ]
 
 
@@ -33,6 +34,15 @@ class BatchSource(Protocol):
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+
+
+def signal_groups(rollouts: Sequence[Rollout]) -> int:
+    """Groups whose episodes do not all end with the same return (the ones with
+    a non-zero group-relative advantage somewhere)."""
+    from ludic_core.credit import drop_zero_variance_groups
+
+    kept, _ = drop_zero_variance_groups(rollouts)
+    return len({r.meta["group_id"] for r in kept})
 
 
 def rollout_stats(rollouts: Sequence[Rollout]) -> dict[str, float]:
@@ -52,7 +62,9 @@ class RolloutBatchSource:
     `make_requests(batch_index)` returns the requests for one batch (so the
     problem schedule is reproducible and resumable); `algorithm.prepare` turns
     the rollouts into credit-weighted SAW items. Failed episodes are counted
-    and left out of training.
+    and left out of training. With `algorithm.dynamic_sampling` set, one step
+    draws request batches (consecutive indices of the schedule) until enough
+    groups carry a return spread, or the cap is reached (DAPO).
     """
 
     def __init__(
@@ -74,16 +86,29 @@ class RolloutBatchSource:
         self.batch_index = 0
         self.last_rollouts: list[Rollout] = []
 
-    def next_batch(self) -> SAWBatch:
+    def _draw(self) -> list[Rollout]:
         requests = self.make_requests(self.batch_index)
         rollouts = asyncio.run(self.engine.generate_rollouts(
             requests, max_steps=self.max_steps, strategy=self.strategy
         ))
         self.batch_index += 1
+        return rollouts
+
+    def next_batch(self) -> SAWBatch:
+        dynamic = getattr(self.algorithm, "dynamic_sampling", None)
+        rollouts, draws, signal = self._draw(), 1, 0
+        if dynamic is not None:
+            signal = signal_groups([r for r in rollouts if not r.failed])
+            while signal < dynamic.min_groups and draws < dynamic.max_draws:
+                rollouts += self._draw()
+                draws += 1
+                signal = signal_groups([r for r in rollouts if not r.failed])
         self.last_rollouts = rollouts
         ok = [r for r in rollouts if not r.failed]
         batch = self.algorithm.prepare(ok, max_seq_len=self.max_seq_len)
         batch.meta.update(rollout_stats(rollouts))
+        if dynamic is not None:
+            batch.meta.update({"draws": float(draws), "signal_groups": float(signal)})
         return batch
 
     def state_dict(self) -> dict[str, Any]:

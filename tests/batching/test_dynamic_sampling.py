@@ -1,0 +1,79 @@
+"""DAPO dynamic sampling: a step draws request batches until enough groups carry signal."""
+
+import pytest
+
+from ludic_core.algorithms import build_algorithm, make_grpo
+from ludic_core.batching.sources import RolloutBatchSource, signal_groups
+from ludic_core.config import DynamicSampling, GRPOConfig
+from ludic_core.credit import drop_zero_variance_groups
+from ludic_core.types import Rollout, Step, TokenTrace
+
+# Per schedule index: the returns of each group of that request batch (two episodes per group).
+SCHEDULE = {
+    0: [(1.0, 1.0), (0.0, 0.0)],  # no signal
+    1: [(1.0, 0.0), (0.0, 0.0)],  # one group with a spread
+    2: [(1.0, -1.0), (0.5, 0.0)],  # two
+    3: [(1.0, 0.0), (1.0, 0.0)],
+}
+
+
+def _episode(reward: float, group: str) -> Rollout:
+    trace = TokenTrace([1, 2, 3], [100, 101], [-0.5, -0.5], "stop", 0)
+    return Rollout(steps=[Step(0, "o", "a", None, reward, terminated=True, trace=trace)], meta={"group_id": group})
+
+
+class _ScheduleEngine:
+    """Plays the schedule above: a pure-logic stand-in for the rollout engine."""
+
+    def __init__(self):
+        self.calls: list[int] = []
+
+    async def generate_rollouts(self, requests, *, max_steps, strategy=None):
+        (index,) = requests
+        self.calls.append(index)
+        return [_episode(r, f"b{index}g{g}") for g, rewards in enumerate(SCHEDULE[index]) for r in rewards]
+
+
+def _source(dynamic):
+    engine = _ScheduleEngine()
+    return engine, RolloutBatchSource(engine, lambda i: [i], make_grpo(dynamic_sampling=dynamic), max_steps=1)
+
+
+def test_signal_groups_counts_groups_with_a_return_spread():
+    assert signal_groups([_episode(r, f"g{g}") for g, rs in enumerate(SCHEDULE[2] + SCHEDULE[0]) for r in rs]) == 2
+
+
+def test_draws_until_enough_groups_carry_signal():
+    engine, source = _source(DynamicSampling(min_groups=2, max_draws=5))
+    batch = source.next_batch()
+    assert engine.calls == [0, 1, 2]  # signal after each draw: 0, 1, 3
+    assert batch.meta["draws"] == 3 and batch.meta["signal_groups"] == 3
+    assert batch.meta["groups_filtered"] == 3  # the three groups without a spread are not trained on
+    assert len(batch.items) == 6 and {i.meta["group_id"] for i in batch.items} == {"b1g0", "b2g0", "b2g1"}
+    assert batch.meta["rollouts"] == 12
+    # the next step continues the schedule where this one stopped (resumable: batch_index is the state)
+    assert source.state_dict() == {"batch_index": 3}
+    assert source.next_batch().meta["draws"] == 1 and engine.calls == [0, 1, 2, 3]
+
+
+def test_the_cap_stops_drawing_and_the_shortfall_is_counted():
+    engine, source = _source(DynamicSampling(min_groups=4, max_draws=2))
+    batch = source.next_batch()
+    assert engine.calls == [0, 1]
+    assert batch.meta["draws"] == 2 and batch.meta["signal_groups"] == 1 and len(batch.items) == 2
+
+
+def test_off_means_one_draw_and_every_group_trained_on():
+    engine, source = _source(None)
+    batch = source.next_batch()
+    assert engine.calls == [0] and "draws" not in batch.meta and len(batch.items) == 4
+
+
+def test_named_in_the_algorithm_config():
+    cfg = GRPOConfig.model_validate({"dynamic_sampling": {"min_groups": 8}})
+    alg = build_algorithm(cfg)
+    assert alg.dynamic_sampling == DynamicSampling(min_groups=8, max_draws=4)
+    assert alg.rollout_filters == [drop_zero_variance_groups]
+    assert build_algorithm(GRPOConfig()).rollout_filters == []
+    with pytest.raises(ValueError, match="min_groups"):
+        GRPOConfig.model_validate({"dynamic_sampling": {"min_groups": 0}})
