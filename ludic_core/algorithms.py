@@ -88,6 +88,11 @@ class RLAlgorithm:
         (ratio and behaviour-KL terms read them), so no preset can get it wrong."""
         return declared(self.loss, "needs_actor_logprobs")
 
+    @property
+    def requires_reference(self) -> bool:
+        """Whether the trainer must keep a frozen copy of the starting model (a KL-to-reference term)."""
+        return bool(getattr(self.loss, "needs_reference_logprobs", False))
+
     def prepare(self, rollouts: Sequence[Rollout], *, max_seq_len: int | None = None,
                 overlong: str = "error") -> SAWBatch:
         """Filter rollouts, assign credit, build SAW items (filter counts in meta)."""
@@ -111,11 +116,11 @@ def make_reinforce_baseline() -> RLAlgorithm:
 
 
 def make_grpo(*, group_size: int | None = None, normalize_std: bool = True, clip_low: float = 0.2,
-              clip_high: float = 0.2, kl_coef: float = 0.0, entropy_coef: float = 0.0,
+              clip_high: float = 0.2, kl_coef: float = 0.0, kl_to: str = "reference", entropy_coef: float = 0.0,
               dynamic_sampling: DynamicSampling | None = None) -> RLAlgorithm:
     terms: list[tuple[str, Any, float]] = [("pg", ClippedSurrogateLoss(clip_low, clip_high), 1.0)]
     if kl_coef > 0:
-        terms.append(("kl", TokenKLLoss(coef=kl_coef), 1.0))
+        terms.append(("kl", TokenKLLoss(coef=kl_coef, to=kl_to), 1.0))  # type: ignore[arg-type]
     if entropy_coef > 0:
         terms.append(("entropy", EntropyBonus(coef=entropy_coef), 1.0))
     loss = terms[0][1] if len(terms) == 1 else CompositeLoss(terms)
@@ -156,7 +161,7 @@ def build_algorithm(cfg: AlgorithmConfig) -> RLAlgorithm:
         return make_reinforce_baseline()
     if isinstance(cfg, GRPOConfig):
         return make_grpo(group_size=cfg.group_size, normalize_std=cfg.normalize_std, clip_low=cfg.clip_low,
-                         clip_high=cfg.clip_high, kl_coef=cfg.kl_coef, entropy_coef=cfg.entropy_coef,
+                         clip_high=cfg.clip_high, kl_coef=cfg.kl_coef, kl_to=cfg.kl_to, entropy_coef=cfg.entropy_coef,
                          dynamic_sampling=cfg.dynamic_sampling)
     if isinstance(cfg, GSPOConfig):
         return make_gspo(group_size=cfg.group_size, clip_low=cfg.clip_low, clip_high=cfg.clip_high,

@@ -70,7 +70,10 @@ class GRPOConfig(FrozenModel):
     normalize_std: bool = Field(True, description="divide by the group std (Dr.GRPO sets False)")
     clip_low: float = Field(0.2, ge=0.0, lt=1.0)
     clip_high: float = Field(0.2, ge=0.0)
-    kl_coef: float = Field(0.0, ge=0.0, description="k3 KL to the behaviour policy")
+    kl_coef: float = Field(0.0, ge=0.0, description="weight of a k3 KL penalty (0 = off)")
+    kl_to: Literal["reference", "behaviour"] = Field(
+        "reference", description="reference: the frozen model the run started from (kept by the trainer, bf16 on "
+        "GPU); behaviour: the sampler's policy (0 in synchronous training: it bites only on stale batches)")
     entropy_coef: float = Field(0.0, ge=0.0)
     dynamic_sampling: DynamicSampling | None = Field(None, description=_DYNAMIC)
 

@@ -35,6 +35,7 @@ class LossInputs:
     num_sequences: float  # sequences in the whole optimizer step
     entropy: torch.Tensor | None = None  # [B, T] token entropy, when a term needs it
     batch_mean_advantage: float = 0.0  # mean SAWItem.weight over the whole optimizer step
+    ref_logprobs: torch.Tensor | None = None  # [B, T] under the frozen reference model, when a term needs it
 
 
 @dataclass
@@ -51,6 +52,9 @@ class Loss(Protocol):
     #: policy): the trainer then refuses items without the sampler's log-probs
     #: and scores at the sampling temperature, instead of comparing against zeros.
     needs_actor_logprobs: bool
+    # Optional: `needs_reference_logprobs = True` makes the trainer keep a frozen
+    # copy of the starting model and fill `inputs.ref_logprobs` (read with getattr:
+    # a loss that forgets it fails loudly in `masked_reference_log_ratio`).
 
     def __call__(self, inputs: LossInputs) -> LossOutputs: ...
 
@@ -73,7 +77,8 @@ def reduce_tokens(values: torch.Tensor, inputs: LossInputs, reduction: Reduction
 
 # --- helpers shared by the loss terms (appended; the contract above is fixed) ---
 
-__all__ += ["check_inputs", "masked_mean", "masked_log_ratio", "sequence_advantages", "declared"]
+__all__ += ["check_inputs", "masked_mean", "masked_log_ratio", "masked_reference_log_ratio", "sequence_advantages",
+            "declared"]
 
 
 def check_inputs(inputs: LossInputs) -> None:
@@ -82,7 +87,8 @@ def check_inputs(inputs: LossInputs) -> None:
     shape = tuple(inputs.logprobs.shape)
     if len(shape) != 2:
         raise ValueError(f"logprobs must be [B, T], got {shape}")
-    for name in ("old_logprobs", "mask") + (("entropy",) if inputs.entropy is not None else ()):
+    optional = tuple(n for n in ("entropy", "ref_logprobs") if getattr(inputs, n) is not None)
+    for name in ("old_logprobs", "mask") + optional:
         other = tuple(getattr(inputs, name).shape)
         if other != shape:
             raise ValueError(f"{name} has shape {other}, logprobs has {shape}")
@@ -115,6 +121,15 @@ def masked_log_ratio(inputs: LossInputs) -> torch.Tensor:
     a loss or a gradient.
     """
     diff = inputs.logprobs - inputs.old_logprobs.detach()
+    return torch.where(inputs.mask > 0, diff, torch.zeros_like(diff))
+
+
+def masked_reference_log_ratio(inputs: LossInputs) -> torch.Tensor:
+    """log pi_theta - log pi_ref on action tokens, exactly 0 elsewhere."""
+    if inputs.ref_logprobs is None:
+        raise ValueError("this loss compares with the reference model, but inputs.ref_logprobs is None: "
+                         "the loss must declare needs_reference_logprobs = True so the trainer keeps one")
+    diff = inputs.logprobs - inputs.ref_logprobs.detach()
     return torch.where(inputs.mask > 0, diff, torch.zeros_like(diff))
 
 

@@ -19,13 +19,14 @@ class CompositeLoss:
     """loss = sum(weight * term(inputs).loss) over `terms` = [(name, loss, weight)].
 
     Metrics: every term's metric as "<name>/<metric>" plus "<name>/loss" (the
-    term's unweighted loss). `needs_entropy` and `needs_actor_logprobs` are
-    true if any term needs it.
+    term's unweighted loss). `needs_entropy`, `needs_actor_logprobs` and
+    `needs_reference_logprobs` are true if any term needs it.
     """
 
     terms: list[tuple[str, Loss, float]]
     needs_entropy: bool = field(init=False)
     needs_actor_logprobs: bool = field(init=False)
+    needs_reference_logprobs: bool = field(init=False)
 
     def __post_init__(self) -> None:
         if not self.terms:
@@ -36,6 +37,7 @@ class CompositeLoss:
             raise ValueError(f"duplicate term names {dupes}: metric keys would collide")
         self.needs_entropy = any(declared(term, "needs_entropy") for _, term, _ in self.terms)
         self.needs_actor_logprobs = any(declared(term, "needs_actor_logprobs") for _, term, _ in self.terms)
+        self.needs_reference_logprobs = any(getattr(term, "needs_reference_logprobs", False) for _, term, _ in self.terms)
 
     def __call__(self, inputs: LossInputs) -> LossOutputs:
         total = None

@@ -11,6 +11,7 @@ with FSDP2 (gradient sync only on the last micro-batch; rank 0 publishes).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import math
@@ -58,6 +59,9 @@ class Trainer:
         self.ctx = ctx or dist_utils.init_distributed(config.device)
         torch.manual_seed(config.seed)
         random.seed(config.seed)
+        # KL-to-reference terms compare with the weights handed in (the run's starting
+        # model: `resume` loads later weights into the policy only), frozen, before LoRA.
+        reference = _frozen_copy(model) if getattr(algorithm, "requires_reference", False) else None
         if config.lora is not None:
             model = apply_lora(model, config.lora)
         if config.grad_checkpointing:
@@ -71,6 +75,12 @@ class Trainer:
         self.compute_dtype = resolve_dtype(config.dtype, self.ctx.device)
         self.scorer = PolicyScorer(self.model, device_type=self.ctx.device.type, compute_dtype=self.compute_dtype,
                                    chunk_tokens=config.logprob_chunk_tokens)
+        self.ref_scorer = None
+        if reference is not None:  # bf16 on an accelerator (half an fp32 master's memory), fp32 on CPU
+            ref_dtype = torch.bfloat16 if self.ctx.device.type == "cuda" else None
+            reference = reference.to(device=self.ctx.device, dtype=ref_dtype)
+            self.ref_scorer = PolicyScorer(reference, device_type=self.ctx.device.type,
+                                           compute_dtype=self.compute_dtype, chunk_tokens=config.logprob_chunk_tokens)
         self.algorithm = algorithm
         self.source = source
         self.tokenizer = tokenizer
@@ -154,6 +164,10 @@ class Trainer:
             entropy=entropy,
             batch_mean_advantage=totals["mean_weight"],
         )
+        if self.ref_scorer is not None:
+            with torch.no_grad():
+                inputs.ref_logprobs, _ = self.ref_scorer(mb.input_ids.to(device), mb.attention_mask.to(device),
+                                                         start, temps, need_entropy=False)
         out = loss_fn(inputs)
         return out.loss, out.metrics
 
@@ -297,6 +311,14 @@ def _all_reduce_max(n: int, ctx: dist_utils.DistContext) -> int:
 
 def _is_pad(mb: MicroBatch) -> bool:
     return bool(mb.meta) and bool(mb.meta[0].get("_pad"))
+
+
+def _frozen_copy(model: Any) -> Any:
+    """A gradient-free, eval-mode copy of `model` (the KL reference)."""
+    ref = copy.deepcopy(model)
+    ref.eval()
+    ref.requires_grad_(False)
+    return ref
 
 
 def _zero_weight_copy(mb: MicroBatch) -> MicroBatch:

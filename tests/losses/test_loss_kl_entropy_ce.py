@@ -51,6 +51,28 @@ def test_k3_kl_by_hand():
     assert torch.allclose(inputs.logprobs.grad, expected)
 
 
+def test_k3_kl_to_the_reference_by_hand():
+    """to="reference": d = ref - new, the same k3 values; the behaviour log-probs play no part."""
+    inputs = make_inputs(d=[[5.0] * 3, [-5.0] * 3], mask=[[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    inputs.ref_logprobs = torch.tensor(LOGPROBS) + torch.tensor([[0.0, LN2, -LN2], [1.0, 9.0, 9.0]])
+    kl = TokenKLLoss(coef=0.1, to="reference")
+    assert kl.needs_reference_logprobs and not kl.needs_actor_logprobs
+    assert TokenKLLoss().needs_actor_logprobs and not TokenKLLoss().needs_reference_logprobs
+    out = kl(inputs)
+    assert out.metrics["kl"] == pytest.approx((math.e - 1.5) / 4)
+    assert out.loss.item() == pytest.approx(0.1 * (math.e - 1.5) / 4)
+    out.loss.backward()
+    expected = torch.tensor([[0.0, -1.0, 0.5], [1 - math.e, 0.0, 0.0]]) * 0.025
+    assert torch.allclose(inputs.logprobs.grad, expected)
+
+
+def test_kl_to_the_reference_without_one_names_the_flag():
+    with pytest.raises(ValueError, match="needs_reference_logprobs"):
+        TokenKLLoss(to="reference")(make_inputs())
+    with pytest.raises(ValueError, match="'reference' or 'behaviour'"):
+        TokenKLLoss(to="ref")  # type: ignore[arg-type]
+
+
 def test_kl_is_zero_on_policy():
     out = TokenKLLoss()(make_inputs(d=[[0.0] * 3, [0.0] * 3]))
     assert out.loss.item() == 0.0 and out.metrics["kl"] == 0.0

@@ -97,3 +97,44 @@ def test_a_loss_that_does_not_say_whether_it_reads_actor_logprobs_is_refused():
         RLAlgorithm("mine", EpisodicReturn(), Mine())
     with pytest.raises(ValueError, match="loss Mine must declare `needs_actor_logprobs: bool`"):
         CompositeLoss([("pg", ReinforceLoss(), 1.0), ("mine", Mine(), 1.0)])
+
+
+def test_kl_to_the_reference_compares_with_the_starting_weights_even_after_resume(tiny_model_dir, tmp_path):
+    """The reference is the model handed to the Trainer, frozen: 0 KL on the first step,
+    > 0 once the policy moved, and still the starting weights after a resume from a checkpoint
+    (with `kl_to: behaviour` the same term is exactly 0 in synchronous training)."""
+    items = _ratio_items()
+    for i in items:  # on-policy data: the actor log-probs are the starting model's own
+        i.actor_logprobs = None
+    cfg = TrainerConfig(dtype="float32", lr=3e-3, micro_token_budget=100_000, max_seq_len=512)
+
+    def trainer(alg):
+        model, tok = load_model_and_tokenizer(tiny_model_dir)
+        return Trainer(model, alg, _Fixed(items), cfg, tokenizer=tok, checkpoint_dir=tmp_path / alg.loss.terms[1][1].to)
+
+    def on_policy(tr):  # fill the actor log-probs with the policy's current ones (a fresh synchronous batch)
+        for item in items:
+            ids = torch.tensor([item.input_ids])
+            with torch.no_grad():
+                lp, _ = tr.scorer(ids, torch.ones_like(ids), 0, None, need_entropy=False)
+            item.actor_logprobs = [0.0] + lp[0].tolist()
+
+    ref = trainer(make_grpo(kl_coef=0.1, kl_to="reference"))
+    assert ref.ref_scorer is not None and not any(p.requires_grad for p in ref.ref_scorer.model.parameters())
+    kls = []
+    for _ in range(3):
+        on_policy(ref)
+        kls.append(ref.train_step()["kl/kl"])
+    assert kls[0] == pytest.approx(0.0, abs=1e-7) and kls[2] > 1e-5
+    ref.save_checkpoint()
+
+    resumed = trainer(make_grpo(kl_coef=0.1, kl_to="reference"))  # built from the starting model dir again
+    assert resumed.resume()
+    on_policy(resumed)
+    assert resumed.train_step()["kl/kl"] > 1e-5  # the resumed policy is still compared with the start
+
+    behaviour = trainer(make_grpo(kl_coef=0.1, kl_to="behaviour"))
+    assert behaviour.ref_scorer is None
+    for _ in range(2):
+        on_policy(behaviour)
+        assert behaviour.train_step()["kl/kl"] == pytest.approx(0.0, abs=1e-7)
