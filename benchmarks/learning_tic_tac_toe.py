@@ -24,12 +24,13 @@ from ludic_core.logging import ConsoleLogger, JsonlLogger
 from ludic_core.models import build_tiny_model, load_model_and_tokenizer
 from ludic_core.publish import InProcessPublisher
 from ludic_core.recipes.tic_tac_toe import (
+    RECIPE,
     evaluate_tic_tac_toe,
-    keep_by_reward,
     teacher_rollouts,
     tic_tac_toe_engine,
     tic_tac_toe_requests,
 )
+from ludic_core.rejection import keep_episodes
 from ludic_core.rollout import GRPORequestStrategy
 from ludic_core.training.trainer import Trainer
 
@@ -60,7 +61,7 @@ def main() -> None:
     rows.append(("before SFT", evaluate_tic_tac_toe(client, games_per_mark=args.eval_games), time.perf_counter() - t))
 
     t = time.perf_counter()
-    kept, rs = keep_by_reward(teacher_rollouts(tok, games=args.teacher_games, seed=1), min_reward=1.0)
+    kept, rs = keep_episodes(teacher_rollouts(tok, games=args.teacher_games, seed=1), RECIPE.keep)
     items = make_sft().prepare(kept).items
     sft_cfg = TrainerConfig(lr=args.sft_lr, warmup_steps=10, schedule="cosine", total_steps=args.sft_steps,
                             micro_token_budget=16384, max_seq_len=512)

@@ -24,13 +24,13 @@ from pathlib import Path
 def train_teacher(out: Path, steps: int, preset: str) -> str:
     from ludic_core.config import SFTConfig, TrainerConfig
     from ludic_core.models import build_tiny_model, load_model_and_tokenizer, tokenizer_fingerprint
-    from ludic_core.recipes.tic_tac_toe import keep_by_reward, teacher_rollouts
-    from ludic_core.rejection import rollouts_to_dataset, save_dataset
+    from ludic_core.recipes.tic_tac_toe import RECIPE, teacher_rollouts
+    from ludic_core.rejection import keep_episodes, rollouts_to_dataset, save_dataset
     from ludic_core.training.stage import DatasetData, StageSpec, run_stage
 
     base = build_tiny_model(out / "models" / preset, preset, seed=3)
     _, tok = load_model_and_tokenizer(base)
-    kept, _ = keep_by_reward(teacher_rollouts(tok, games=4096, seed=11), min_reward=1.0)
+    kept, _ = keep_episodes(teacher_rollouts(tok, games=4096, seed=11), RECIPE.keep)
     data = save_dataset(rollouts_to_dataset(kept, tokenizer=tokenizer_fingerprint(tok)), out / "teacher-data")
     spec = StageSpec(model_path=str(base), checkpoint_dir=str(out / "teacher" / "checkpoints"), algorithm=SFTConfig(),
                      trainer=TrainerConfig(lr=1e-3, warmup_steps=10, schedule="cosine", total_steps=steps,
@@ -69,7 +69,7 @@ def main() -> None:
     from ludic_core.config import TrainerConfig
     from ludic_core.models import build_tiny_model
     from ludic_core.recipes.policy import ModelPolicy
-    from ludic_core.recipes.tic_tac_toe import AGENT, ENV
+    from ludic_core.recipes.tic_tac_toe import AGENT, ENV, RECIPE
 
     out, times = Path(a.out), {}
     t = time.perf_counter()
@@ -88,7 +88,7 @@ def main() -> None:
     for name, policy in (("vllm", VLLMPolicy(model_path=teacher)), ("foreign", ModelPolicy(model_path=foreign))):
         t = time.perf_counter()
         data = rejection_sampling(RejectionSamplingConfig(
-            env=ENV, agent=AGENT, teacher=policy, student_path=student_base, prompts=a.prompts,
+            env=ENV, agent=AGENT, teacher=policy, student_path=student_base, prompts=a.prompts, keep=RECIPE.keep,
             out_dir=str(out / f"rejection-{name}")))
         done = json.loads((out / f"rejection-{name}" / "done.json").read_text())
         times[f"rejection sampling ({name})"] = time.perf_counter() - t

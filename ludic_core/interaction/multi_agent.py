@@ -72,7 +72,8 @@ class MultiAgentProtocol:
         for agent_id in ids:
             obs, info = first[agent_id]
             agent = self.agents[agent_id]
-            agent.reset(self.system_prompt or env.suggested_sysprompt)
+            # None: the env's suggestion; "": no system message at all
+            agent.reset(env.suggested_sysprompt if self.system_prompt is None else self.system_prompt or None)
             agent.on_env_reset(obs, info)
             col.obs[agent_id] = obs
         for t in range(max_steps):

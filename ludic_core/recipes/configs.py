@@ -50,7 +50,7 @@ class AgentConfig(FrozenModel):
     context: ComponentConfig = Field(
         ComponentConfig(name="full_dialog"),
         description="what the model sees: full_dialog | sliding_window {keep_last} | truncated_thinking | import path")
-    system_prompt: str | None = Field(None, description="None = the env's suggested system prompt")
+    system_prompt: str | None = Field(None, description="None = the env's suggested system prompt; \"\" = no system message")
     sampling: SamplingConfig = Field(SamplingConfig(), description="temperature (0 = greedy), max_tokens, stop, ...")
     max_turns: int = Field(16, ge=1, description="agent turns per episode; an episode still running is truncated")
     max_parse_failures: int | None = Field(

@@ -7,6 +7,16 @@ illegal move) rather than buying a retry: with a one-observation context the
 retry would not even show the board again. The teacher is minimax with a
 fixed tie-break, so its move is a function of the board.
 
+Two choices are measured (tiny-1m, 400 SFT steps, 200 greedy games per seat):
+- No system message (`system_prompt: ""`). The model is trained from scratch,
+  so a fixed instruction tells it nothing, yet it was 77 of the 146 tokens of
+  every sequence: without it every stage runs on half the tokens (SFT 477 s ->
+  216 s) and SFT ends better (X win+draw 0.84 -> 0.88). A pretrained model
+  would want the env's prompt: leave `system_prompt` None for one.
+- Keep wins and draws (`min_return: 0.5`). Wins only throws away most of O's
+  games (its wins are rarer) and every board where the game heads to a draw;
+  keeping draws took X win+draw 0.88 -> 0.925 and O 0.66 -> 0.795.
+
 The helpers below are thin wrappers over the generic seam
 (`ludic_core.recipes.build`), kept for benchmarks and tests that run the
 chain without Prefect.
@@ -39,7 +49,7 @@ __all__ = [
 #: "<move>5</move>" is 14 bytes + eos; a little slack lets a confused model fail visibly.
 MAX_TOKENS = 24
 ENV = EnvConfig(name="tic_tac_toe", kwargs={"opponent": "random", "agent_mark": "alternate"})
-AGENT = AgentConfig(parser=ComponentConfig(name="xml_tag", kwargs={"tag": "move"}),
+AGENT = AgentConfig(system_prompt="", parser=ComponentConfig(name="xml_tag", kwargs={"tag": "move"}),
                     context=ComponentConfig(name="sliding_window", kwargs={"keep_last": 1}),
                     sampling=SamplingConfig(max_tokens=MAX_TOKENS), max_turns=9, max_parse_failures=1)
 
@@ -50,7 +60,7 @@ RECIPE = Recipe(
     agent=AGENT,
     teacher="tic_tac_toe_minimax",
     teacher_kwargs={"tie_break": "preference"},
-    keep=KeepRule(min_return=1.0),
+    keep=KeepRule(min_return=0.5),
     rl_temperature=0.7,
     eval_seed=100_000,
     table={"X legal": "X/legal_move_rate", "X win+draw": "X/win_draw_rate",

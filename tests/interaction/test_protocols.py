@@ -127,3 +127,23 @@ def test_max_parse_failures_ends_the_episode_truncated():
     assert r.total_reward == pytest.approx(-2.0)
     with pytest.raises(ValueError, match="max_parse_failures"):
         MultiAgentProtocol({"a": agent}, max_parse_failures=0)
+
+
+@pytest.mark.parametrize("system_prompt, expected", [
+    (None, TicTacToeEnv(opponent="random").suggested_sysprompt),  # the env's suggestion
+    ("Play well.", "Play well."),
+    ("", None),  # no system message at all (a model trained from scratch gains nothing from one)
+])
+def test_system_prompt_none_is_the_envs_and_empty_is_none(system_prompt, expected):
+    seen = []
+
+    def reply(messages):
+        seen.append(messages)
+        return "<move>5</move>"
+
+    agent = Agent(ScriptedChatClient(reply), parser=xml_tag_parser("move"))
+    asyncio.run(SingleAgentSyncProtocol(agent, system_prompt=system_prompt).run(
+        TicTacToeEnv(opponent="random"), max_steps=1, env_seed=0))
+    system = [m["content"] for m in seen[0] if m["role"] == "system"]
+    assert system == ([] if expected is None else [expected])
+    assert seen[0][-1]["role"] == "user" and "Board" in seen[0][-1]["content"]

@@ -118,6 +118,7 @@ def test_shared_definitions_are_the_tic_tac_toe_recipe(spec, deployments):
     for name in ("rejection_sampling", "evaluate"):
         assert AgentConfig.model_validate(deployments[name]["parameters"]["cfg"]["agent"]) == AGENT, name
     # rl_train: the shared agent merged in, only its sampling overridden (RL samples at a temperature)
+    assert deployments["rejection_sampling"]["parameters"]["cfg"]["keep"] == RECIPE.keep.model_dump(exclude_defaults=True)
     rl_agent = AgentConfig.model_validate(deployments["rl_train"]["parameters"]["cfg"]["agent"])
     assert rl_agent == AGENT.model_copy(update={"sampling": AGENT.sampling.model_copy(
         update={"temperature": RECIPE.rl_temperature})})
