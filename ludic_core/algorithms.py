@@ -117,8 +117,11 @@ def make_reinforce_baseline() -> RLAlgorithm:
 
 def make_grpo(*, group_size: int | None = None, normalize_std: bool = True, clip_low: float = 0.2,
               clip_high: float = 0.2, kl_coef: float = 0.0, kl_to: str = "reference", entropy_coef: float = 0.0,
-              dynamic_sampling: DynamicSampling | None = None) -> RLAlgorithm:
-    terms: list[tuple[str, Any, float]] = [("pg", ClippedSurrogateLoss(clip_low, clip_high), 1.0)]
+              dynamic_sampling: DynamicSampling | None = None, sampler_correction: str = "none",
+              sampler_cap: float = 2.0) -> RLAlgorithm:
+    pg = ClippedSurrogateLoss(clip_low, clip_high, sampler_correction=sampler_correction,  # type: ignore[arg-type]
+                              sampler_cap=sampler_cap)
+    terms: list[tuple[str, Any, float]] = [("pg", pg, 1.0)]
     if kl_coef > 0:
         terms.append(("kl", TokenKLLoss(coef=kl_coef, to=kl_to), 1.0))  # type: ignore[arg-type]
     if entropy_coef > 0:
@@ -162,7 +165,8 @@ def build_algorithm(cfg: AlgorithmConfig) -> RLAlgorithm:
     if isinstance(cfg, GRPOConfig):
         return make_grpo(group_size=cfg.group_size, normalize_std=cfg.normalize_std, clip_low=cfg.clip_low,
                          clip_high=cfg.clip_high, kl_coef=cfg.kl_coef, kl_to=cfg.kl_to, entropy_coef=cfg.entropy_coef,
-                         dynamic_sampling=cfg.dynamic_sampling)
+                         dynamic_sampling=cfg.dynamic_sampling, sampler_correction=cfg.sampler_correction,
+                         sampler_cap=cfg.sampler_cap)
     if isinstance(cfg, GSPOConfig):
         return make_gspo(group_size=cfg.group_size, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
                          dynamic_sampling=cfg.dynamic_sampling)

@@ -70,6 +70,11 @@ class GRPOConfig(FrozenModel):
     normalize_std: bool = Field(True, description="divide by the group std (Dr.GRPO sets False)")
     clip_low: float = Field(0.2, ge=0.0, lt=1.0)
     clip_high: float = Field(0.2, ge=0.0)
+    sampler_correction: Literal["none", "token_tis", "token_mis", "seq_tis", "seq_mis"] = Field(
+        "none", description="none: ratios against the sampler's log-probs; else ratios against the trainer's own "
+        "and an importance weight trainer/sampler, truncated (tis) or masked (mis) above sampler_cap, per token "
+        "or per sequence")
+    sampler_cap: float = Field(2.0, gt=0.0, description="cap of the sampler importance weight")
     kl_coef: float = Field(0.0, ge=0.0, description="weight of a k3 KL penalty (0 = off)")
     kl_to: Literal["reference", "behaviour"] = Field(
         "reference", description="reference: the frozen model the run started from (kept by the trainer, bf16 on "

@@ -80,3 +80,52 @@ def test_rejects_bad_clip():
         ClippedSurrogateLoss(clip_low=1.0)
     with pytest.raises(ValueError, match="clip_high"):
         ClippedSurrogateLoss(clip_high=-0.1)
+
+
+LN2 = math.log(2.0)
+
+
+def _mismatched():
+    """Trainer log-probs [-1, -2]; the sampler reported [-1 - ln2, -2 + ln2]: w = trainer/sampler = [2, 0.5]."""
+    lp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    return LossInputs(logprobs=lp, old_logprobs=torch.tensor([[-1.0 - LN2, -2.0 + LN2]]),
+                      mask=torch.tensor([[1.0, 1.0]]), advantages=torch.tensor([1.0]), num_tokens=2.0,
+                      num_sequences=1.0)
+
+
+@pytest.mark.parametrize("correction, cap, loss, grad, capped", [
+    # ratio against the trainer's own log-probs: value 1, so each token's value is -w * A
+    ("token_tis", 1.5, -(1.5 + 0.5) / 2, [-0.75, -0.25], 0.5),  # w = [min(2, 1.5), 0.5]
+    ("token_mis", 1.5, -(0.0 + 0.5) / 2, [0.0, -0.25], 0.5),    # the token above the cap is masked out
+    ("seq_tis", 1.5, -(1.0 + 1.0) / 2, [-0.5, -0.5], 0.0),      # w_seq = exp(ln2 - ln2) = 1 for both tokens
+    ("seq_mis", 0.9, 0.0, [0.0, 0.0], 1.0),                     # w_seq = 1 > 0.9: the whole sequence is masked
+])
+def test_sampler_correction_by_hand(correction, cap, loss, grad, capped):
+    inputs = _mismatched()
+    out = ClippedSurrogateLoss(sampler_correction=correction, sampler_cap=cap)(inputs)
+    assert out.loss.item() == pytest.approx(loss)
+    out.loss.backward()
+    assert inputs.logprobs.grad.tolist()[0] == pytest.approx(grad)
+    assert out.metrics["is_capped_frac"] == pytest.approx(capped)
+    assert out.metrics["ratio_max"] == pytest.approx(1.0) and out.metrics["clip_frac"] == 0.0
+    # the mismatch, k3 of d = sampler - trainer = [-ln2, ln2]: (0.5 + ln2 - 1 + 2 - ln2 - 1) / 2 = 0.25
+    assert out.metrics["sampler_k3"] == pytest.approx(0.25)
+
+
+def test_without_correction_the_sampler_mismatch_is_in_the_ratio():
+    # r = [2, 0.5] against the sampler; A = 1, clip [0.8, 1.2]: -(min(2, 1.2) + min(0.5, 0.8)) / 2 = -0.85
+    out = ClippedSurrogateLoss()(_mismatched())
+    assert out.loss.item() == pytest.approx(-0.85)
+    assert out.metrics["sampler_k3"] == pytest.approx(0.25) and "is_weight_mean" not in out.metrics
+
+
+def test_sampler_correction_is_named_in_the_grpo_config():
+    from ludic_core.algorithms import build_algorithm
+    from ludic_core.config import GRPOConfig
+
+    pg = build_algorithm(GRPOConfig(sampler_correction="seq_mis", sampler_cap=3.0)).loss
+    assert (pg.sampler_correction, pg.sampler_cap) == ("seq_mis", 3.0)
+    with pytest.raises(ValueError, match="sampler_correction must be"):
+        ClippedSurrogateLoss(sampler_correction="tis")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="sampler_cap"):
+        GRPOConfig(sampler_cap=0.0)
