@@ -44,6 +44,9 @@ class PolicyScorer:
         self.compute_dtype = compute_dtype
         self.chunk_tokens = chunk_tokens
         self.keeps_logits = _accepts_logits_to_keep(model)
+        # a scoring forward never decodes on: without this, HF models build a KV cache
+        # (a copy of every layer's keys and values) on each training forward
+        self.no_cache = {"use_cache": False} if _accepts(model, "use_cache") else {}
         self.head, self.decoder = _linear_head(model) if self.keeps_logits else (None, None)
         self.verified = False
 
@@ -69,7 +72,8 @@ class PolicyScorer:
         hook = self.decoder.register_forward_hook(lambda _m, _a, out: captured.append(out))
         try:
             with self._autocast():
-                last = self.model(input_ids=ids, attention_mask=attention_mask, logits_to_keep=1).logits
+                last = self.model(input_ids=ids, attention_mask=attention_mask, logits_to_keep=1,
+                                  **self.no_cache).logits
         finally:
             hook.remove()
         out = captured[-1]
@@ -100,6 +104,7 @@ class PolicyScorer:
 
     def _from_logits(self, ids, attention_mask, start, temperatures, need_entropy):
         kwargs = {"logits_to_keep": ids.shape[1] - start} if self.keeps_logits and start else {}
+        kwargs.update(self.no_cache)
         with self._autocast():
             logits = self.model(input_ids=ids, attention_mask=attention_mask, **kwargs).logits
         logits = logits[:, -(ids.shape[1] - start):]  # models that ignore logits_to_keep
@@ -112,13 +117,17 @@ def _scaled(logits: torch.Tensor, temperatures: torch.Tensor | None) -> torch.Te
     return logits if temperatures is None else logits / temperatures.to(logits.device)[:, None, None]
 
 
-def _accepts_logits_to_keep(model: Any) -> bool:
-    """HF causal LMs take `logits_to_keep` (logits for the last k positions only)."""
+def _accepts(model: Any, name: str) -> bool:
     try:
         params = inspect.signature(model.forward).parameters
     except (TypeError, ValueError):
         return False
-    return "logits_to_keep" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def _accepts_logits_to_keep(model: Any) -> bool:
+    """HF causal LMs take `logits_to_keep` (logits for the last k positions only)."""
+    return _accepts(model, "logits_to_keep")
 
 
 def _linear_head(model: Any) -> tuple[Any, Any]:

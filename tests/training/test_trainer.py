@@ -254,3 +254,20 @@ def test_a_model_whose_logits_are_not_lm_head_of_its_hidden_states_is_scored_fro
     assert torch.allclose(got, want, atol=1e-5)
     model.config.final_logit_softcapping = 30.0  # a config that declares it: never fused
     assert not PolicyScorer(model, device_type="cpu", compute_dtype=torch.float32, chunk_tokens=5).fused
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_scoring_builds_no_kv_cache(tiny_model_dir, fused):
+    """A training forward never decodes on: a KV cache would be a copy of every layer's keys and values."""
+    from ludic_core.training.scoring import PolicyScorer
+
+    model, _ = load_model_and_tokenizer(tiny_model_dir)
+    scorer = PolicyScorer(model, device_type="cpu", compute_dtype=torch.float32, chunk_tokens=64)
+    if not fused:
+        scorer.head = None
+    caches = []
+    hook = model.register_forward_hook(lambda m, a, out: caches.append(out.past_key_values))
+    ids = torch.randint(4, 200, (2, 12), generator=torch.Generator().manual_seed(0))
+    logprobs, _ = scorer(ids, torch.ones_like(ids), 3, None, need_entropy=False)
+    hook.remove()
+    assert logprobs.shape == (2, 8) and caches and all(c is None for c in caches)
