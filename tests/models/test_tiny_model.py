@@ -45,3 +45,26 @@ def test_unknown_preset_is_named():
     with pytest.raises(ValueError, match="tiny-2m"):
         build_tiny_model("/nonexistent", "tiny-2m")
     assert set(PRESETS) == {"tiny-1m", "tiny-10m"}
+
+
+def test_every_preset_has_a_head_size_vllms_cpu_build_serves():
+    """tiny-10m once had 8 heads of 40: it trained, then killed vLLM's CPU server on its first request."""
+    from ludic_core.models.tiny import VLLM_CPU_HEAD_SIZES
+
+    for name, p in PRESETS.items():
+        assert p.hidden_size % p.num_attention_heads == 0, name
+        assert p.hidden_size // p.num_attention_heads in VLLM_CPU_HEAD_SIZES, name
+
+
+@pytest.mark.vllm
+def test_the_head_sizes_are_the_installed_vllms():
+    import json
+    import subprocess
+
+    from ludic_core.inference.vllm_setup import env_python
+    from ludic_core.models.tiny import VLLM_CPU_HEAD_SIZES
+
+    code = ("import json; from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend as B; "
+            "print(json.dumps(list(B.get_supported_head_sizes())))")
+    out = subprocess.run([str(env_python()), "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == list(VLLM_CPU_HEAD_SIZES)
