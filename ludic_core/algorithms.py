@@ -34,6 +34,7 @@ from ludic_core.credit import (
     GroupNormalizedReturn,
     HybridNormalizedReturn,
     MonteCarloReturn,
+    TurnNormalizedReturn,
     drop_zero_variance_groups,
 )
 from ludic_core.losses import (
@@ -118,8 +119,10 @@ def make_reinforce_baseline() -> RLAlgorithm:
 def make_grpo(*, group_size: int | None = None, normalize_std: bool = True, clip_low: float = 0.2,
               clip_high: float = 0.2, kl_coef: float = 0.0, kl_to: str = "reference", entropy_coef: float = 0.0,
               dynamic_sampling: DynamicSampling | None = None, sampler_correction: str = "none",
-              sampler_cap: float = 2.0) -> RLAlgorithm:
-    pg = ClippedSurrogateLoss(clip_low, clip_high, sampler_correction=sampler_correction,  # type: ignore[arg-type]
+              sampler_cap: float = 2.0, credit: str = "episode", gamma: float = 1.0,
+              loss_reduction: str = "token") -> RLAlgorithm:
+    pg = ClippedSurrogateLoss(clip_low, clip_high, reduction=loss_reduction,  # type: ignore[arg-type]
+                              sampler_correction=sampler_correction,  # type: ignore[arg-type]
                               sampler_cap=sampler_cap)
     terms: list[tuple[str, Any, float]] = [("pg", pg, 1.0)]
     if kl_coef > 0:
@@ -127,8 +130,16 @@ def make_grpo(*, group_size: int | None = None, normalize_std: bool = True, clip
     if entropy_coef > 0:
         terms.append(("entropy", EntropyBonus(coef=entropy_coef), 1.0))
     loss = terms[0][1] if len(terms) == 1 else CompositeLoss(terms)
-    credit = GroupNormalizedReturn(normalize_std=normalize_std, expected_group_size=group_size)
-    return RLAlgorithm("grpo", credit, loss, dynamic_sampling=dynamic_sampling)
+    if credit == "turn":
+        assigner: CreditAssigner = TurnNormalizedReturn(gamma=gamma, normalize_std=normalize_std,
+                                                        expected_group_size=group_size)
+    elif credit == "episode":
+        if gamma != 1.0:
+            raise ValueError(f"gamma={gamma} discounts per-turn returns: it needs credit='turn'")
+        assigner = GroupNormalizedReturn(normalize_std=normalize_std, expected_group_size=group_size)
+    else:
+        raise ValueError(f"credit must be 'episode' or 'turn', got {credit!r}")
+    return RLAlgorithm("grpo", assigner, loss, dynamic_sampling=dynamic_sampling)
 
 
 def make_gspo(*, group_size: int | None = None, clip_low: float = 3e-4, clip_high: float = 4e-4,
@@ -166,7 +177,8 @@ def build_algorithm(cfg: AlgorithmConfig) -> RLAlgorithm:
         return make_grpo(group_size=cfg.group_size, normalize_std=cfg.normalize_std, clip_low=cfg.clip_low,
                          clip_high=cfg.clip_high, kl_coef=cfg.kl_coef, kl_to=cfg.kl_to, entropy_coef=cfg.entropy_coef,
                          dynamic_sampling=cfg.dynamic_sampling, sampler_correction=cfg.sampler_correction,
-                         sampler_cap=cfg.sampler_cap)
+                         sampler_cap=cfg.sampler_cap, credit=cfg.credit, gamma=cfg.gamma,
+                         loss_reduction=cfg.loss_reduction)
     if isinstance(cfg, GSPOConfig):
         return make_gspo(group_size=cfg.group_size, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
                          dynamic_sampling=cfg.dynamic_sampling)

@@ -68,8 +68,15 @@ class GRPOConfig(FrozenModel):
     type: Literal["grpo"] = "grpo"
     group_size: int | None = Field(None, ge=2, description="expected episodes per group (checked)")
     normalize_std: bool = Field(True, description="divide by the group std (Dr.GRPO sets False)")
+    credit: Literal["episode", "turn"] = Field(
+        "episode", description="episode: every turn gets its episode's group-relative return; turn: each turn's "
+        "reward-to-go against its siblings' at the same turn index (multi-turn games; see README)")
+    gamma: float = Field(1.0, ge=0.0, le=1.0, description="discount of the reward-to-go (credit=turn only)")
     clip_low: float = Field(0.2, ge=0.0, lt=1.0)
-    clip_high: float = Field(0.2, ge=0.0)
+    clip_high: float = Field(0.2, ge=0.0, description="DAPO's clip-higher raises this (e.g. 0.28)")
+    loss_reduction: Literal["token", "sequence"] = Field(
+        "token", description="token: mean over all tokens of the batch (long replies weigh more, DAPO); "
+        "sequence: mean per reply, then over replies (the GRPO paper)")
     sampler_correction: Literal["none", "token_tis", "token_mis", "seq_tis", "seq_mis"] = Field(
         "none", description="none: ratios against the sampler's log-probs; else ratios against the trainer's own "
         "and an importance weight trainer/sampler, truncated (tis) or masked (mis) above sampler_cap, per token "
@@ -81,6 +88,12 @@ class GRPOConfig(FrozenModel):
         "GPU); behaviour: the sampler's policy (0 in synchronous training: it bites only on stale batches)")
     entropy_coef: float = Field(0.0, ge=0.0)
     dynamic_sampling: DynamicSampling | None = Field(None, description=_DYNAMIC)
+
+    @model_validator(mode="after")
+    def _gamma_needs_turn_credit(self) -> GRPOConfig:
+        if self.gamma != 1.0 and self.credit != "turn":
+            raise ValueError(f"gamma={self.gamma} discounts per-turn returns: it needs credit='turn'")
+        return self
 
 
 class GSPOConfig(FrozenModel):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -9,6 +10,8 @@ from typing import Mapping, Sequence
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
+
+from ludic_core.logging.curves import curves_png
 
 _BARS = "▁▂▃▄▅▆▇█"
 
@@ -33,12 +36,20 @@ def lineage_artifact(key: str, stages: Mapping[str, str]) -> None:
     create_markdown_artifact(key=key, markdown="\n".join(lines), description="stage outputs (lineage)")
 
 
-@task(name="artifact-learning-curve", cache_policy=NO_CACHE)
-def learning_curve_artifact(key: str, metrics_path: str, fields: Sequence[str] = ("loss", "reward_mean")) -> None:
-    """A markdown chart of per-step metrics from the trainer's JSONL log."""
+def learning_curve_markdown(key: str, metrics_path: str, fields: Sequence[str]) -> str:
+    """Markdown of per-step metrics from the trainer's JSONL log: a PNG plot
+    (also written as `metrics.png` beside the log, embedded as a data URI so the
+    artifact needs no file server), sparklines, and a table of every ~20th step."""
     path = Path(metrics_path)
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
     parts = [f"### {key}", f"{len(rows)} steps from `{metrics_path}`", ""]
+    panels = {f: {f: [[(float(r["step"]), float(r[f])) for r in rows
+                       if isinstance(r.get(f), (int, float)) and isinstance(r.get("step"), (int, float))]]}
+              for f in fields}
+    panels = {f: lines for f, lines in panels.items() if lines[f][0]}
+    if panels:
+        png = curves_png(panels, path.with_suffix(".png"))
+        parts += [f"![{key}](data:image/png;base64,{base64.b64encode(png.read_bytes()).decode()})", ""]
     for field in fields:
         vals = [float(r[field]) for r in rows if isinstance(r.get(field), (int, float))]
         if vals:
@@ -48,4 +59,11 @@ def learning_curve_artifact(key: str, metrics_path: str, fields: Sequence[str] =
     for r in rows[::stride]:
         cells = " | ".join(f"{r[f]:.4g}" if isinstance(r.get(f), (int, float)) else "" for f in fields)
         parts.append(f"| {r.get('step')} | {cells} |")
-    create_markdown_artifact(key=key, markdown="\n".join(parts), description="learning curve")
+    return "\n".join(parts)
+
+
+@task(name="artifact-learning-curve", cache_policy=NO_CACHE)
+def learning_curve_artifact(key: str, metrics_path: str, fields: Sequence[str] = ("loss", "reward_mean")) -> None:
+    """The learning curve of a training run, as a markdown artifact with a plot."""
+    create_markdown_artifact(key=key, markdown=learning_curve_markdown(key, metrics_path, fields),
+                             description="learning curve")

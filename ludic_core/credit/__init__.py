@@ -9,6 +9,7 @@ from ludic_core.credit.groups import group_indices
 from ludic_core.credit.hybrid_norm import HybridNormalizedReturn
 from ludic_core.credit.monte_carlo import MonteCarloReturn, discounted_returns
 from ludic_core.credit.per_step import PerStepReward
+from ludic_core.credit.turn_norm import TurnNormalizedReturn
 
 __all__ = [
     "CreditAssigner",
@@ -19,6 +20,7 @@ __all__ = [
     "HybridNormalizedReturn",
     "MonteCarloReturn",
     "PerStepReward",
+    "TurnNormalizedReturn",
     "discounted_returns",
     "drop_zero_variance_groups",
     "group_indices",

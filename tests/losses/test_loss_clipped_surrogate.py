@@ -129,3 +129,16 @@ def test_sampler_correction_is_named_in_the_grpo_config():
         ClippedSurrogateLoss(sampler_correction="tis")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="sampler_cap"):
         GRPOConfig(sampler_cap=0.0)
+
+
+def test_sequence_reduction_weighs_each_reply_equally():
+    # Zero log-ratios (r = 1, nothing clipped): per-token value = -A.
+    # Row 0 has 3 tokens with A = +1, row 1 has 1 token with A = -1.
+    # token:    (-1 * 3 + 1 * 1) / 4 tokens           = -0.5
+    # sequence: (mean row 0 = -1) + (mean row 1 = +1) / 2 sequences = 0
+    lp = torch.zeros(2, 3, requires_grad=True)
+    inputs = LossInputs(logprobs=lp, old_logprobs=torch.zeros(2, 3),
+                        mask=torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]]),
+                        advantages=torch.tensor([1.0, -1.0]), num_tokens=4.0, num_sequences=2.0)
+    assert ClippedSurrogateLoss()(inputs).loss.item() == pytest.approx(-0.5)
+    assert ClippedSurrogateLoss(reduction="sequence")(inputs).loss.item() == pytest.approx(0.0)
