@@ -10,6 +10,7 @@ stages whose outputs exist.
 
 from __future__ import annotations
 
+import time
 from typing import Literal
 
 from prefect import flow
@@ -20,6 +21,7 @@ from flows.rejection_sampling import RejectionSamplingConfig, rejection_sampling
 from flows.rl_train import RLTrainConfig, rl_train
 from flows.sft import SFTFlowConfig, sft
 from ludic_core.config import GRPOConfig, TrainerConfig
+from ludic_core.recipes.configs import AgentConfig
 from ludic_core.recipes.policy import ModelPolicy, ScriptedPolicy
 from ludic_core.recipes.recipe import RECIPES, Recipe, get_recipe
 from tasks.artifacts import lineage_artifact, table_artifact
@@ -47,8 +49,9 @@ class DemoConfig(FlowConfig):
         return self.run_dir or f"runs/demo/{self.recipe}"
 
 
-def _row(stage: str, recipe: Recipe, m: dict[str, float]) -> dict:
-    return {"stage": stage, **{col: round(m.get(key, float("nan")), 3) for col, key in recipe.table.items()}}
+def _row(stage: str, recipe: Recipe, m: dict[str, float], seconds: float) -> dict:
+    return {"stage": stage, **{col: round(m.get(key, float("nan")), 3) for col, key in recipe.table.items()},
+            "seconds": round(seconds, 1)}
 
 
 def _evaluate(model_path: str, recipe: Recipe, cfg: DemoConfig) -> dict[str, float]:
@@ -56,11 +59,11 @@ def _evaluate(model_path: str, recipe: Recipe, cfg: DemoConfig) -> dict[str, flo
     return evaluate_policy(ModelPolicy(model_path=model_path), recipe.eval_env, recipe.agent, seeds=seeds)
 
 
-@flow(name="demo")
-def demo(cfg: DemoConfig) -> dict:
-    recipe, run = get_recipe(cfg.recipe), cfg.out
-    model_path = build_model(f"{run}/models/{cfg.preset}", cfg.preset, cfg.seed)
-    rows = [_row("before SFT", recipe, _evaluate(model_path, recipe, cfg))]
+def teacher_to_sft(cfg: DemoConfig, recipe: Recipe, model_path: str) -> tuple[str, str]:
+    """Rejection sampling from the recipe's teacher, then SFT of `model_path` on
+    what was kept: (dataset dir, SFT model dir). The RL stage (and
+    benchmarks/algorithms.py) start from that model."""
+    run = cfg.out
     dataset = rejection_sampling(RejectionSamplingConfig(
         env=recipe.env, agent=recipe.agent, student_path=model_path, prompts=cfg.teacher_episodes,
         teacher=ScriptedPolicy(policy=recipe.teacher, kwargs=recipe.teacher_kwargs),
@@ -69,19 +72,39 @@ def demo(cfg: DemoConfig) -> dict:
         model_path=model_path, dataset_path=dataset, out_dir=f"{run}/sft", steps=cfg.sft_steps,
         steps_per_stage=max(cfg.sft_steps // 4, 1), launcher=cfg.launcher, progress_bar=cfg.progress_bar,
         trainer=TrainerConfig(lr=cfg.sft_lr, warmup_steps=10, schedule="cosine", total_steps=cfg.sft_steps,
-                              micro_token_budget=16384, max_seq_len=512)))
-    rows.append(_row("after SFT", recipe, _evaluate(sft_model, recipe, cfg)))
-    agent = recipe.agent.model_copy(update={"sampling": recipe.agent.sampling.model_copy(
+                              micro_token_budget=16384, max_seq_len=512, seed=cfg.seed)))
+    return dataset, sft_model
+
+
+def rl_agent(recipe: Recipe) -> AgentConfig:
+    """The recipe's agent, sampling at the recipe's RL temperature."""
+    return recipe.agent.model_copy(update={"sampling": recipe.agent.sampling.model_copy(
         update={"temperature": recipe.rl_temperature})})
+
+
+def rl_trainer(cfg: DemoConfig) -> TrainerConfig:
+    return TrainerConfig(lr=cfg.rl_lr, micro_token_budget=16384, max_seq_len=512, seed=cfg.seed)
+
+
+@flow(name="demo")
+def demo(cfg: DemoConfig) -> dict:
+    recipe, run = get_recipe(cfg.recipe), cfg.out
+    model_path = build_model(f"{run}/models/{cfg.preset}", cfg.preset, cfg.seed)
+    t = time.perf_counter()
+    rows = [_row("before SFT", recipe, _evaluate(model_path, recipe, cfg), time.perf_counter() - t)]
+    t = time.perf_counter()
+    dataset, sft_model = teacher_to_sft(cfg, recipe, model_path)
+    rows.append(_row("after SFT", recipe, _evaluate(sft_model, recipe, cfg), time.perf_counter() - t))
+    t = time.perf_counter()
     rl_model = rl_train(RLTrainConfig(
-        model_path=sft_model, out_dir=f"{run}/rl", env=recipe.env, agent=agent,
-        algorithm=GRPOConfig(group_size=cfg.group_size), steps=cfg.rl_steps,
-        trainer=TrainerConfig(lr=cfg.rl_lr, micro_token_budget=16384, max_seq_len=512),
+        model_path=sft_model, out_dir=f"{run}/rl", env=recipe.env, agent=rl_agent(recipe),
+        algorithm=GRPOConfig(group_size=cfg.group_size), steps=cfg.rl_steps, trainer=rl_trainer(cfg),
         steps_per_stage=max(cfg.rl_steps // 2, 1), eval_episodes=0, launcher=cfg.launcher,
         progress_bar=cfg.progress_bar))
-    rows.append(_row("after RL", recipe, _evaluate(rl_model, recipe, cfg)))
+    rows.append(_row("after RL", recipe, _evaluate(rl_model, recipe, cfg), time.perf_counter() - t))
     table_artifact("demo-results", rows,
-                   f"{recipe.name}: {cfg.eval_episodes or recipe.eval_episodes} greedy episodes per evaluation")
+                   f"{recipe.name}: {cfg.eval_episodes or recipe.eval_episodes} greedy episodes per evaluation; "
+                   "seconds = the stage and its evaluation")
     lineage = {"model": model_path, "rejection sampling dataset": dataset, "SFT model": sft_model,
                "RL model": rl_model}
     lineage_artifact("demo-lineage", lineage)

@@ -53,7 +53,7 @@ def endpoint_from_block(name: str) -> dict[str, Any]:
 @contextmanager
 def served(policy: Any) -> Iterator[tuple[dict[str, Any] | None, SecretStr | None]]:
     """(endpoint without its key, key) for a vllm policy while the block runs; (None, None) otherwise."""
-    from tasks.inference import start_server, stop_server
+    from tasks.inference import start_server, stop_server, watch_server
 
     if getattr(policy, "kind", None) != "vllm":
         yield None, None
@@ -66,6 +66,7 @@ def served(policy: Any) -> Iterator[tuple[dict[str, Any] | None, SecretStr | Non
     key = SecretStr(secrets.token_urlsafe(24))
     server = start_server(policy.model_path, policy.server, key)
     try:
-        yield {"base_url": server["base_url"], "model": server["model"], "tokenizer_path": policy.model_path}, key
+        with watch_server(server):
+            yield {"base_url": server["base_url"], "model": server["model"], "tokenizer_path": policy.model_path}, key
     finally:
         stop_server(server["pid"])

@@ -24,7 +24,7 @@ from flows.policies import endpoint_from_block
 from ludic_core.inference.vllm_server import VLLMServerConfig
 from ludic_core.publish.vllm import WeightPushError
 from ludic_core.training.stage import StageSpec, VLLMEndpoint
-from tasks.inference import ensure_server, start_server, stop_server
+from tasks.inference import ensure_server, start_server, stop_server, watch_server
 from tasks.training import train_stage
 
 __all__ = ["VLLMSettings", "vllm_inference"]
@@ -67,6 +67,9 @@ def vllm_inference(settings: VLLMSettings, model_path: str, *, launcher: str,
                 raise  # a refused push (wrong shape, missing parameter) fails the same way every time
             except Exception as exc:
                 if attempt == settings.stage_attempts:
+                    if state["server"] is not None:
+                        with watch_server(state["server"]):
+                            raise
                     raise
                 log.warning("stage to step %d failed (attempt %d of %d: %s); retrying from the last checkpoint",
                             spec.until_step, attempt, settings.stage_attempts, exc)

@@ -7,11 +7,44 @@ the key goes in as a `SecretStr` (masked wherever Prefect records inputs).
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Iterator
+
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from pydantic import SecretStr
 
+from ludic_core.inference.errors import InferenceServerError
 from ludic_core.inference.vllm_server import VLLMServer, VLLMServerConfig, start_vllm_server, stop_server_pid
+
+
+def _handle(server: dict) -> VLLMServer:
+    return VLLMServer(server["pid"], server["host"], server["port"], server["log_path"], server["model"],
+                      server["build"])
+
+
+def death_notice(server: dict) -> str | None:
+    """None while the server process lives; else what a person needs to know:
+    which server died and the end of its log (an OOM kill, a CUDA error...)."""
+    handle = _handle(server)
+    if handle.alive():
+        return None
+    return (f"the vLLM server (pid {server['pid']}, {server['base_url']}) exited while the run was using it; "
+            f"last lines of its log {server['log_path']}:\n{handle.log_tail()}")
+
+
+@contextmanager
+def watch_server(server: dict) -> Iterator[None]:
+    """Turn an error raised while `server` is in use into an `InferenceServerError`
+    naming the dead server and quoting its log, when the server is what died
+    (the client alone only sees a refused connection)."""
+    try:
+        yield
+    except Exception as exc:
+        notice = death_notice(server)
+        if notice is None:
+            raise
+        raise InferenceServerError(notice) from exc
 
 
 def _describe(server: VLLMServer) -> dict:
@@ -32,9 +65,7 @@ def start_server(model_path: str, cfg: VLLMServerConfig, api_key: SecretStr) -> 
 @task(name="ensure-vllm-server", cache_policy=NO_CACHE)
 def ensure_server(server: dict, model_path: str, cfg: VLLMServerConfig, api_key: SecretStr) -> dict:
     """The same server if it answers /health, else a fresh one on the same port."""
-    handle = VLLMServer(server["pid"], server["host"], server["port"], server["log_path"], server["model"],
-                        server["build"])
-    if handle.responsive():
+    if _handle(server).responsive():
         return server
     get_run_logger().warning("vLLM server pid %d at %s is gone; restarting it", server["pid"], server["base_url"])
     stop_server_pid(server["pid"])  # whatever is left of its process group

@@ -1,0 +1,161 @@
+"""The algorithm table: which RL algorithm improves an SFT policy most, per
+second of this CPU.
+
+Every cell starts from the same SFT checkpoint (the demo's: rejection sampling
+from the recipe's teacher, then SFT), trains for the same wall-clock budget
+with the same rollout settings (64 episodes per step: 8 prompts x group 8, or
+64 prompts without groups; the recipe's RL temperature; the same learning
+rate), then plays the recipe's greedy evaluation. Printed: mean, min and max
+over seeds of the headline metric (tic-tac-toe: mean of X and O win+draw;
+arithmetic: accuracy), its change over the SFT row, and the steps each cell
+managed. Written: results.json and
+curves.png (reward_mean by step, mean over seeds with a min-max band).
+
+    .venv/bin/python benchmarks/algorithms.py [--recipes tic_tac_toe arithmetic]
+        [--seeds 3] [--budget-s 45] [--out runs/algorithms]
+
+An SFT checkpoint is made by the demo's own stages (flows.demo.teacher_to_sft,
+under --demo-dir/RECIPE) unless `--start RECIPE=MODEL_DIR` names one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+from ludic_core.config import (
+    CISPOConfig,
+    DynamicSampling,
+    GRPOConfig,
+    GSPOConfig,
+    ReinforceBaselineConfig,
+    ScaleRLConfig,
+)
+
+GROUP = 8
+ALGORITHMS = {
+    "reinforce_baseline": ReinforceBaselineConfig(),
+    "grpo": GRPOConfig(group_size=GROUP),
+    "grpo_turn": GRPOConfig(group_size=GROUP, credit="turn"),
+    "dapo_grpo": GRPOConfig(group_size=GROUP, clip_high=0.28, dynamic_sampling=DynamicSampling(min_groups=4)),
+    "gspo": GSPOConfig(group_size=GROUP),
+    "cispo": CISPOConfig(group_size=GROUP),
+    "scalerl": ScaleRLConfig(group_size=GROUP),
+}
+MULTI_TURN_ONLY = {"grpo_turn"}  # identical to grpo on one-turn episodes
+
+
+def headline(recipe_name: str, m: dict[str, float]) -> float:
+    if recipe_name == "tic_tac_toe":
+        return (m["X/win_draw_rate"] + m["O/win_draw_rate"]) / 2
+    return m["success_rate"]
+
+
+def evaluate(client, recipe) -> dict[str, float]:
+    from ludic_core.eval import evaluate_policy
+
+    seeds = list(range(recipe.eval_seed, recipe.eval_seed + recipe.eval_episodes))
+    return evaluate_policy(client, recipe.eval_env, recipe.agent, seeds=seeds, temperature=0.0)
+
+
+def sft_checkpoint(recipe_name: str, demo_dir: str) -> str:
+    from flows.demo import DemoConfig, teacher_to_sft
+    from ludic_core.recipes.recipe import get_recipe
+    from tasks.models import build_model
+
+    cfg = DemoConfig(recipe=recipe_name, run_dir=f"{demo_dir}/{recipe_name}", progress_bar=False)
+    model = build_model(f"{cfg.out}/models/{cfg.preset}", cfg.preset, cfg.seed)
+    return teacher_to_sft(cfg, get_recipe(recipe_name), model)[1]
+
+
+def run_cell(recipe, start: str, algorithm, seed: int, budget_s: float, lr: float) -> dict:
+    """Train from `start` for `budget_s` seconds (whole steps), then evaluate."""
+    from flows.demo import rl_agent
+    from ludic_core.algorithms import build_algorithm
+    from ludic_core.config import TrainerConfig
+    from ludic_core.models import load_model_and_tokenizer
+    from ludic_core.recipes.configs import SeedSchedule
+    from ludic_core.training.stage_data import batch_source, inference
+    from ludic_core.training.stage_spec import RolloutData, StageSpec, group_size_of
+    from ludic_core.training.trainer import Trainer
+
+    per_step = 8 * GROUP // group_size_of(algorithm)  # the same 64 episodes per step with or without groups
+    spec = StageSpec(model_path=start, checkpoint_dir="/nonexistent", algorithm=algorithm, until_step=1,
+                     trainer=TrainerConfig(lr=lr, micro_token_budget=16384, max_seq_len=512, seed=seed),
+                     data=RolloutData(env=recipe.env, agent=rl_agent(recipe), requests_per_step=per_step,
+                                      schedule=SeedSchedule(start=1_000 + 100_000 * seed)))
+    model, tok = load_model_and_tokenizer(start)
+    client, publisher = inference(spec, start)
+    algo = build_algorithm(algorithm)
+    trainer = Trainer(model, algo, batch_source(spec, algo, tok, client), spec.trainer, tokenizer=tok,
+                      publisher=publisher)
+    curve, t0 = [], time.perf_counter()
+    try:
+        while time.perf_counter() - t0 < budget_s:
+            (m,) = trainer.train(trainer.step + 1)
+            curve.append((trainer.step, float(m.get("reward_mean", float("nan")))))
+    finally:
+        trainer.close()
+    seconds = time.perf_counter() - t0
+    metrics = evaluate(client, recipe)  # the publisher keeps the client on the trainer's weights
+    return {"steps": trainer.step, "train_s": round(seconds, 1), "curve": curve, "metrics": metrics,
+            "score": headline(recipe.name, metrics)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--recipes", nargs="+", default=["tic_tac_toe", "arithmetic"])
+    ap.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS), choices=list(ALGORITHMS))
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--budget-s", type=float, default=45.0, help="training wall-clock seconds per cell")
+    ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument("--start", action="append", default=[], metavar="RECIPE=MODEL_DIR")
+    ap.add_argument("--demo-dir", default="runs/demo", help="where SFT checkpoints are made when not given")
+    ap.add_argument("--out", default="runs/algorithms")
+    args = ap.parse_args()
+
+    from ludic_core.inference import LocalChatClient
+    from ludic_core.logging.curves import curves_png
+    from ludic_core.recipes.recipe import get_recipe
+
+    starts = dict(s.split("=", 1) for s in args.start)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results: dict = {"budget_s": args.budget_s, "lr": args.lr, "seeds": args.seeds, "recipes": {}}
+    for name in args.recipes:
+        recipe = get_recipe(name)
+        start = starts.get(name) or sft_checkpoint(name, args.demo_dir)
+        sft_metrics = evaluate(LocalChatClient(start), recipe)
+        rec = results["recipes"][name] = {"start": start, "sft": headline(name, sft_metrics), "cells": {}}
+        print(f"\n{name}: SFT checkpoint {start} scores {rec['sft']:.3f}", flush=True)
+        for algo in args.algorithms:
+            if algo in MULTI_TURN_ONLY and recipe.agent.max_turns == 1:
+                continue
+            runs = []
+            for seed in range(args.seeds):
+                cell = run_cell(recipe, start, ALGORITHMS[algo], seed, args.budget_s, args.lr)
+                runs.append(cell)
+                print(f"  {algo:<19} seed {seed}: {cell['score']:.3f} after {cell['steps']} steps", flush=True)
+            rec["cells"][algo] = runs
+        (out / "results.json").write_text(json.dumps(results, indent=1))
+
+    print(f"\n{'recipe':<12} {'algorithm':<19} {'mean':>6} {'min':>6} {'max':>6} {'vs SFT':>7} {'steps':>6}")
+    for name, rec in results["recipes"].items():
+        print(f"{name:<12} {'SFT start':<19} {rec['sft']:>6.3f}")
+        for algo, runs in rec["cells"].items():
+            scores = [r["score"] for r in runs]
+            mean = statistics.fmean(scores)
+            print(f"{name:<12} {algo:<19} {mean:>6.3f} {min(scores):>6.3f} {max(scores):>6.3f} "
+                  f"{mean - rec['sft']:>+7.3f} {statistics.fmean(r['steps'] for r in runs):>6.1f}")
+    panels = {name: {algo: [r["curve"] for r in runs] for algo, runs in rec["cells"].items()}
+              for name, rec in results["recipes"].items()}
+    png = curves_png(panels, out / "curves.png", xlabel="step", ylabel="reward_mean (training samples)")
+    print(f"\n{args.seeds} seeds x {args.budget_s:.0f} s per cell, lr {args.lr}; "
+          f"{out / 'results.json'}, {png}")
+
+
+if __name__ == "__main__":
+    main()
