@@ -71,7 +71,7 @@ def sft_checkpoint(recipe_name: str, demo_dir: str) -> str:
     return teacher_to_sft(cfg, get_recipe(recipe_name), model)[1]
 
 
-def run_cell(recipe, start: str, algorithm, seed: int, budget_s: float, lr: float) -> dict:
+def run_cell(recipe, start: str, algorithm, seed: int, budget_s: float, lr: float, episodes: int = 64) -> dict:
     """Train from `start` for `budget_s` seconds (whole steps), then evaluate."""
     from flows.demo import rl_agent
     from ludic_core.algorithms import build_algorithm
@@ -82,7 +82,7 @@ def run_cell(recipe, start: str, algorithm, seed: int, budget_s: float, lr: floa
     from ludic_core.training.stage_spec import RolloutData, StageSpec, group_size_of
     from ludic_core.training.trainer import Trainer
 
-    per_step = 8 * GROUP // group_size_of(algorithm)  # the same 64 episodes per step with or without groups
+    per_step = max(episodes // group_size_of(algorithm), 1)  # the same episodes per step with or without groups
     spec = StageSpec(model_path=start, checkpoint_dir="/nonexistent", algorithm=algorithm, until_step=1,
                      trainer=TrainerConfig(lr=lr, micro_token_budget=16384, max_seq_len=512, seed=seed),
                      data=RolloutData(env=recipe.env, agent=rl_agent(recipe), requests_per_step=per_step,
@@ -112,6 +112,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--budget-s", type=float, default=45.0, help="training wall-clock seconds per cell")
     ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument("--episodes", type=int, default=64, help="episodes per step (prompts x group size)")
     ap.add_argument("--start", action="append", default=[], metavar="RECIPE=MODEL_DIR")
     ap.add_argument("--demo-dir", default="runs/demo", help="where SFT checkpoints are made when not given")
     ap.add_argument("--out", default="runs/algorithms")
@@ -136,7 +137,7 @@ def main() -> None:
                 continue
             runs = []
             for seed in range(args.seeds):
-                cell = run_cell(recipe, start, ALGORITHMS[algo], seed, args.budget_s, args.lr)
+                cell = run_cell(recipe, start, ALGORITHMS[algo], seed, args.budget_s, args.lr, args.episodes)
                 runs.append(cell)
                 print(f"  {algo:<19} seed {seed}: {cell['score']:.3f} after {cell['steps']} steps", flush=True)
             rec["cells"][algo] = runs

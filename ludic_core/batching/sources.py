@@ -29,6 +29,10 @@ __all__ = [
 
 @runtime_checkable
 class BatchSource(Protocol):
+    """Where a Trainer's batches come from. A source may also define
+    `checkpoint_committed(path)`: the Trainer calls it once a checkpoint holding
+    every batch so far is on disk (a stream source acknowledges its items then)."""
+
     def next_batch(self) -> SAWBatch: ...
 
     def state_dict(self) -> dict[str, Any]: ...

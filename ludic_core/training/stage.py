@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from ludic_core.training.stage_data import batch_source, inference, needs_inference
-from ludic_core.training.stage_spec import DatasetData, RolloutData, StageSpec, VLLMEndpoint
+from ludic_core.training.stage_spec import DatasetData, RolloutData, StageSpec, StreamData, VLLMEndpoint
 
-__all__ = ["DatasetData", "RolloutData", "VLLMEndpoint", "StageSpec", "run_stage", "main"]
+__all__ = ["DatasetData", "RolloutData", "StreamData", "VLLMEndpoint", "StageSpec", "run_stage", "main"]
 
 
 def _loggers(spec: StageSpec, is_main: bool, extra: list | None) -> list:
@@ -57,8 +57,11 @@ def run_stage(spec: StageSpec, *, loggers: list | None = None) -> dict[str, Any]
         client, publisher = inference(spec, serve_from)
     all_loggers = _loggers(spec, ctx.is_main, loggers)
     try:
-        trainer = Trainer(model, algorithm, batch_source(spec, algorithm, tok, client), spec.trainer, tokenizer=tok,
+        source = batch_source(spec, algorithm, tok, client)
+        trainer = Trainer(model, algorithm, source, spec.trainer, tokenizer=tok,
                           publisher=publisher, loggers=all_loggers, checkpoint_dir=spec.checkpoint_dir, ctx=ctx)
+        if hasattr(source, "trainer_version"):  # a stream source drops items by the trainer's version
+            source.trainer_version = lambda: trainer.policy_version
         try:
             resumed_from = trainer.step if trainer.resume() else None
             if spec.vllm is not None and publisher is not None:

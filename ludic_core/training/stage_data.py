@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ludic_core.training.stage_spec import DatasetData, RolloutData, StageSpec, group_size_of
+from ludic_core.training.stage_spec import DatasetData, RolloutData, StageSpec, StreamData, group_size_of
 
 __all__ = ["batch_source", "inference", "needs_inference"]
 
@@ -23,6 +23,15 @@ def batch_source(spec: StageSpec, algorithm: Any, tokenizer: Any, client: Any) -
     from ludic_core.batching.sources import OfflineBatchSource, RolloutBatchSource
 
     data = spec.data
+    if isinstance(data, StreamData):
+        from ludic_core.models import tokenizer_fingerprint
+        from ludic_core.queue import SAWStream, StreamBatchSource, connect
+
+        client = connect(data.url, password=os.environ.get(data.password_env))
+        stream = SAWStream(client, key=data.key, group=data.group, consumer=data.consumer)
+        return StreamBatchSource(stream, items_per_step=data.items_per_step, max_lag=data.max_lag,
+                                 tokenizer=tokenizer_fingerprint(tokenizer), vocab_size=len(tokenizer),
+                                 timeout_s=data.timeout_s)
     if isinstance(data, DatasetData):
         from ludic_core.rejection import load_sft_items
 

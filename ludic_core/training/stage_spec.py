@@ -15,7 +15,7 @@ from ludic_core.config import AlgorithmConfig, LocalInferenceConfig, TrainerConf
 from ludic_core.frozen import FrozenModel
 from ludic_core.recipes.configs import AgentConfig, EnvConfig, SeedSchedule
 
-__all__ = ["DatasetData", "RolloutData", "DataSpec", "VLLMEndpoint", "WandbSpec", "StageSpec", "group_size_of"]
+__all__ = ["DatasetData", "RolloutData", "StreamData", "DataSpec", "VLLMEndpoint", "WandbSpec", "StageSpec", "group_size_of"]
 
 
 class DatasetData(FrozenModel):
@@ -40,7 +40,24 @@ class RolloutData(FrozenModel):
     schedule: SeedSchedule = Field(SeedSchedule(start=1_000), description="the env seeds of consecutive steps")
 
 
-DataSpec = Annotated[Union[DatasetData, RolloutData], Field(discriminator="kind")]
+class StreamData(FrozenModel):
+    """SAW items that actors put on a Redis Stream (pipeline RL): the stage
+    trains `items_per_step` of them per step and acknowledges them once the
+    checkpoint holding them is committed. The password travels in the
+    environment variable `password_env`, never in the spec file."""
+
+    kind: Literal["stream"] = "stream"
+    url: str = Field(description="redis://HOST:PORT/DB, rediss:// (TLS) or unix://")
+    password_env: str = Field("LUDIC_REDIS_PASSWORD", description="environment variable holding the password")
+    key: str = Field("ludic:saw", description="the stream")
+    group: str = Field("trainers", description="its consumer group")
+    consumer: str = Field("trainer-0", description="this trainer's name in the group")
+    items_per_step: int = Field(64, ge=1)
+    max_lag: int | None = Field(None, ge=0, description="drop items this many policy versions behind the trainer")
+    timeout_s: float | None = Field(600.0, gt=0, description="give up when a batch takes longer (None = wait)")
+
+
+DataSpec = Annotated[Union[DatasetData, RolloutData, StreamData], Field(discriminator="kind")]
 
 
 class VLLMEndpoint(FrozenModel):

@@ -269,9 +269,13 @@ class Trainer:
         if self.checkpoint_dir is None:
             raise ValueError("Trainer has no checkpoint_dir")
         data = {"source": self.source.state_dict(), "policy_version": self.policy_version}
-        return save_checkpoint(self.checkpoint_dir, self.step, model=self.model, optimizer=self.optimizer,
+        path = save_checkpoint(self.checkpoint_dir, self.step, model=self.model, optimizer=self.optimizer,
                                scheduler=self.scheduler, ctx=self.ctx, tokenizer=self.tokenizer,
                                data_state=data, keep_last=self.cfg.keep_last)
+        committed = getattr(self.source, "checkpoint_committed", None)
+        if committed is not None:  # e.g. a stream source acknowledges what this checkpoint holds
+            committed(path)
+        return path
 
     def resume(self, path: str | Path | None = None) -> bool:
         """Load the latest (or given) checkpoint; False when there is none yet."""

@@ -1,0 +1,8 @@
+"""The actor/learner queue: SAW items over Redis Streams (plain redis-py, no Prefect)."""
+
+from ludic_core.queue.codec import FORMAT, MalformedItem, Stamped, decode_header, decode_item, encode_item
+from ludic_core.queue.source import StreamBatchSource
+from ludic_core.queue.stream import SAWStream, connect
+
+__all__ = ["FORMAT", "MalformedItem", "Stamped", "decode_header", "decode_item", "encode_item",
+           "StreamBatchSource", "SAWStream", "connect"]

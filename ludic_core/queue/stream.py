@@ -1,0 +1,169 @@
+"""A Redis Stream of SAW items with a consumer group: the actor/learner wire.
+
+Why Streams and not a list: a list forgets an item the moment it is popped, so
+a trainer that dies after popping loses it. A stream entry read through a
+consumer group stays *pending* until acknowledged; the trainer acknowledges
+only after the checkpoint holding the item's gradient is committed, and a
+restarted trainer reclaims what it had read (`XAUTOCLAIM`).
+
+Trimming never drops an unconsumed item: instead of `MAXLEN` (which trims
+read and unread alike; Redis 7.0 has no `ACKED` trim) the stream is trimmed by
+`MINID` up to the oldest entry still pending or not yet delivered.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+__all__ = ["SAWStream", "connect", "Entry"]
+
+Entry = tuple[str, dict[bytes, bytes]]  # (entry id, fields)
+
+
+def connect(url: str, *, password: str | None = None, retries: int = 20, socket_timeout_s: float = 10.0) -> Any:
+    """A redis-py client that rides out a restarting server: connection errors
+    are retried with exponential backoff (capped at 2 s) `retries` times before
+    they surface. `url` may be redis://, rediss:// (TLS) or unix://."""
+    import redis
+    from redis.backoff import ExponentialBackoff
+    from redis.exceptions import BusyLoadingError
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+    from redis.retry import Retry
+
+    return redis.Redis.from_url(
+        url, password=password, socket_timeout=socket_timeout_s, socket_connect_timeout=socket_timeout_s,
+        retry=Retry(ExponentialBackoff(cap=2.0, base=0.05), retries),
+        retry_on_error=[RedisConnectionError, RedisTimeoutError, BusyLoadingError], health_check_interval=30)
+
+
+@dataclass
+class SAWStream:
+    """One stream (`key`), its consumer group, and its two side streams:
+    `key:dead` (entries that cannot be trained, with the reason) and
+    `key:dropped` (items too stale to train, with their versions)."""
+
+    client: Any
+    key: str = "ludic:saw"
+    group: str = "trainers"
+    consumer: str = "trainer-0"
+    max_backlog: int = 10_000
+
+    @property
+    def dead_key(self) -> str:
+        return f"{self.key}:dead"
+
+    @property
+    def dropped_key(self) -> str:
+        return f"{self.key}:dropped"
+
+    def ensure_group(self) -> None:
+        """Create the stream and its group (reading from the first entry, so items
+        produced before the trainer starts are trained); idempotent."""
+        from redis.exceptions import ResponseError
+
+        try:
+            self.client.xgroup_create(self.key, self.group, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    # --- producer side -------------------------------------------------
+
+    def backlog(self) -> int:
+        """Entries the group has not been delivered yet (XINFO GROUPS `lag`;
+        when Redis cannot tell, the stream length, which over-counts: safe)."""
+        for g in self.client.xinfo_groups(self.key):
+            if _s(g.get("name")) == self.group:
+                lag = g.get("lag")
+                return int(lag) if lag is not None else int(self.client.xlen(self.key))
+        return int(self.client.xlen(self.key))
+
+    def wait_for_room(self, *, poll_s: float = 0.2, timeout_s: float | None = None) -> float:
+        """Block while the backlog exceeds `max_backlog`; return the seconds waited."""
+        start = time.monotonic()
+        while self.backlog() > self.max_backlog:
+            if timeout_s is not None and time.monotonic() - start > timeout_s:
+                raise TimeoutError(f"stream {self.key!r}: backlog above {self.max_backlog} for {timeout_s:.0f} s "
+                                   "(is the trainer running?)")
+            time.sleep(poll_s)
+        return time.monotonic() - start
+
+    def put_round(self, round_id: str, entries: Sequence[Mapping[str, bytes]], *, remember_s: int = 7 * 86400) -> int:
+        """Append one actor round atomically and at most once: all of its entries
+        or none (a killed actor leaves nothing half-written), and a retried round
+        whose first attempt did land adds nothing. Returns the entries added (0 for
+        a round already written)."""
+        args: list[bytes | str | int] = [remember_s]
+        for fields in entries:
+            args += [fields["header"], fields["tensors"]]
+        return int(self.client.eval(_PUT_ROUND, 2, self.key, f"{self.key}:round:{round_id}", *args))
+
+    # --- consumer side -------------------------------------------------
+
+    def read(self, count: int, *, block_ms: int = 1000) -> list[Entry]:
+        """Up to `count` entries never delivered to the group before."""
+        got = self.client.xreadgroup(self.group, self.consumer, {self.key: ">"}, count=count, block=block_ms)
+        return [(_s(eid), fields) for _, entries in (got or []) for eid, fields in entries]
+
+    def reclaim(self, *, min_idle_ms: int = 0, count: int = 100) -> list[Entry]:
+        """Every pending entry idle for `min_idle_ms`, whoever read it, now this consumer's."""
+        out: list[Entry] = []
+        cursor = "0-0"
+        while True:
+            res = self.client.xautoclaim(self.key, self.group, self.consumer, min_idle_ms, start_id=cursor,
+                                         count=count)
+            cursor, entries = _s(res[0]), res[1]
+            out += [(_s(eid), fields) for eid, fields in entries if fields is not None]
+            if cursor == "0-0":
+                return out
+
+    def pending(self) -> int:
+        return int(self.client.xpending(self.key, self.group)["pending"])
+
+    def ack(self, ids: Sequence[str]) -> int:
+        return int(self.client.xack(self.key, self.group, *ids)) if ids else 0
+
+    def dead_letter(self, entry_id: str, fields: Mapping[Any, bytes], reason: str) -> None:
+        """Copy the raw entry with its reason to `key:dead` (before the caller acks it)."""
+        self.client.xadd(self.dead_key, {"reason": reason, "source_id": entry_id,
+                                         **{f"raw:{_s(k)}": v for k, v in fields.items()}})
+
+    def drop_stale(self, entry_id: str, item_id: str, version: int, trainer_version: int) -> None:
+        self.client.xadd(self.dropped_key, {"source_id": entry_id, "item_id": item_id,
+                                            "policy_version": version, "trainer_version": trainer_version})
+
+    def trim(self) -> int:
+        """Drop entries older than the oldest one pending or not yet delivered."""
+        summary = self.client.xpending(self.key, self.group)
+        floor = _s(summary["min"]) if summary["pending"] else None
+        delivered = next((_s(g["last-delivered-id"]) for g in self.client.xinfo_groups(self.key)
+                          if _s(g.get("name")) == self.group), "0-0")
+        candidates = [floor] if floor else []
+        candidates.append(_next_id(delivered))
+        minid = min(candidates, key=_id_key)
+        return int(self.client.xtrim(self.key, minid=minid, approximate=False))
+
+
+# KEYS: stream, round marker; ARGV: marker ttl, then header, tensors per entry.
+_PUT_ROUND = """
+if not redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[1]) then return 0 end
+for i = 2, #ARGV, 2 do redis.call('XADD', KEYS[1], '*', 'header', ARGV[i], 'tensors', ARGV[i + 1]) end
+return (#ARGV - 1) / 2
+"""
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _id_key(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _next_id(entry_id: str) -> str:
+    ms, seq = _id_key(entry_id)
+    return f"{ms}-{seq + 1}"
