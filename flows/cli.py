@@ -30,6 +30,7 @@ FLOWS: dict[str, tuple[str, str, str]] = {
     "rejection_sampling": ("flows.rejection_sampling", "rejection_sampling", "RejectionSamplingConfig"),
     "sft": ("flows.sft", "sft", "SFTFlowConfig"),
     "rl_train": ("flows.rl_train", "rl_train", "RLTrainConfig"),
+    "pipeline_rl": ("flows.pipeline_rl", "pipeline_rl", "PipelineRLConfig"),
     "evaluate": ("flows.evaluate", "evaluate", "EvaluateConfig"),
 }
 

@@ -19,6 +19,7 @@ __all__ = ["EXAMPLES", "example_config", "render"]
 def _examples() -> dict[str, BaseModel]:
     from flows.demo import DemoConfig
     from flows.evaluate import EvaluateConfig
+    from flows.pipeline_rl import PipelineRLConfig
     from flows.rejection_sampling import RejectionSamplingConfig
     from flows.rl_train import RLTrainConfig
     from flows.sft import SFTFlowConfig
@@ -36,12 +37,14 @@ def _examples() -> dict[str, BaseModel]:
         "sft": SFTFlowConfig(model_path=tiny, dataset_path=f"{base}/rejection/dataset", out_dir=f"{base}/sft"),
         "rl_train": RLTrainConfig(model_path=sft_model, out_dir=f"{base}/rl", env=RECIPE.env, agent=RECIPE.agent,
                                   eval_env=RECIPE.eval_env, eval_seed=0, algorithm=GRPOConfig(group_size=8), steps=30),
+        "pipeline_rl": PipelineRLConfig(model_path=sft_model, out_dir=f"{base}/pipeline_rl", env=RECIPE.env,
+                                        agent=RECIPE.agent, algorithm=GRPOConfig(group_size=8), steps=30),
         "evaluate": EvaluateConfig(policy=ModelPolicy(model_path=f"{base}/rl/checkpoints/step_00000030/model"),
                                    env=RECIPE.eval_env, agent=RECIPE.agent, episodes=300, seed=0),
     }
 
 
-EXAMPLES = ("demo", "rejection_sampling", "sft", "rl_train", "evaluate")
+EXAMPLES = ("demo", "rejection_sampling", "sft", "rl_train", "pipeline_rl", "evaluate")
 
 
 def _scalar(value: Any) -> str:

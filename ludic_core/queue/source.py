@@ -54,7 +54,8 @@ class StreamBatchSource:
         self._backlog: list[tuple[str, Mapping[bytes, bytes]]] = []
         self._reclaimed = False
         self.totals = {"trained": 0, "stale_dropped": 0, "dead_lettered": 0, "reclaimed": 0,
-                       "skipped_committed": 0, "wait_s": 0.0}
+                       "skipped_committed": 0, "duplicates": 0, "wait_s": 0.0}
+        self.lag_histogram: dict[str, int] = {}  # trainer version - item version -> items trained
 
     # --- BatchSource -----------------------------------------------------
 
@@ -63,7 +64,7 @@ class StreamBatchSource:
         if not self._reclaimed:
             self._reclaim()
         items: list[SAWItem] = []
-        counts = {"stale_dropped": 0, "dead_lettered": 0}
+        counts = {"stale_dropped": 0, "dead_lettered": 0, "duplicates": 0}
         start = time.monotonic()
         while len(items) < self.items_per_step:
             if not self._backlog:
@@ -82,15 +83,16 @@ class StreamBatchSource:
         self.totals["wait_s"] += waited
         for k, v in counts.items():
             self.totals[k] += v
-        return SAWBatch(items, meta={**counts, "queue_wait_s": waited})
+        return SAWBatch(items, meta={**{f"queue_{k}": v for k, v in counts.items()}, "queue_wait_s": waited})
 
     def state_dict(self) -> dict[str, Any]:
         """What the checkpoint about to be written holds: the item ids read since the last one."""
-        return {"window": sorted(self._window), "totals": dict(self.totals)}
+        return {"window": sorted(self._window), "totals": dict(self.totals), "lag": dict(self.lag_histogram)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self._committed = set(state.get("window", []))
         self.totals.update(state.get("totals", {}))
+        self.lag_histogram = {str(k): int(v) for k, v in state.get("lag", {}).items()}
 
     def checkpoint_committed(self, path: Any = None) -> None:
         """The checkpoint holding every item read so far is on disk: acknowledge them, trim the stream."""
@@ -131,7 +133,6 @@ class StreamBatchSource:
             return None
         if stamped.item_id in self._window:  # an actor retried a round it had half written
             self.stream.ack([entry_id])
-            counts.setdefault("duplicates", 0)
             counts["duplicates"] += 1
             return None
         version = self.trainer_version()
@@ -141,6 +142,8 @@ class StreamBatchSource:
             counts["stale_dropped"] += 1
             return None
         self._window[stamped.item_id] = entry_id
+        lag = str(version - stamped.policy_version)
+        self.lag_histogram[lag] = self.lag_histogram.get(lag, 0) + 1
         return stamped.item
 
 

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ludic_core.training.stage_data import batch_source, inference, needs_inference
+from ludic_core.training.stage_data import batch_source, inference, needs_inference, publisher_only
 from ludic_core.training.stage_spec import DatasetData, RolloutData, StageSpec, StreamData, VLLMEndpoint
 
 __all__ = ["DatasetData", "RolloutData", "StreamData", "VLLMEndpoint", "StageSpec", "run_stage", "main"]
@@ -55,6 +55,8 @@ def run_stage(spec: StageSpec, *, loggers: list | None = None) -> dict[str, Any]
     client = publisher = None
     if needs_inference(spec):
         client, publisher = inference(spec, serve_from)
+    else:
+        publisher = publisher_only(spec)
     all_loggers = _loggers(spec, ctx.is_main, loggers)
     try:
         source = batch_source(spec, algorithm, tok, client)
@@ -64,8 +66,8 @@ def run_stage(spec: StageSpec, *, loggers: list | None = None) -> dict[str, Any]
             source.trainer_version = lambda: trainer.policy_version
         try:
             resumed_from = trainer.step if trainer.resume() else None
-            if spec.vllm is not None and publisher is not None:
-                trainer.publish()  # the server may hold other weights (fresh, restarted): serve the trainer's
+            if publisher is not None and (spec.vllm is not None or not needs_inference(spec)):
+                trainer.publish()  # the server or the actors may hold other weights (fresh, restarted, ahead)
             history = trainer.train(spec.until_step)
             path = latest_checkpoint(spec.checkpoint_dir)
             if path is None or int(path.name.split("_")[-1]) != trainer.step:

@@ -12,7 +12,7 @@ from typing import Any
 
 from ludic_core.training.stage_spec import DatasetData, RolloutData, StageSpec, StreamData, group_size_of
 
-__all__ = ["batch_source", "inference", "needs_inference"]
+__all__ = ["batch_source", "inference", "needs_inference", "publisher_only"]
 
 
 def needs_inference(spec: StageSpec) -> bool:
@@ -49,6 +49,18 @@ def batch_source(spec: StageSpec, algorithm: Any, tokenizer: Any, client: Any) -
         strategy=GRPORequestStrategy(group, seed=data.schedule.start) if group > 1 else IdentityStrategy(),
         max_seq_len=spec.trainer.max_seq_len,
     )
+
+
+def publisher_only(spec: StageSpec) -> Any:
+    """Where a stage that does not roll out itself (stream data) publishes its
+    weights: the actors' vLLM server, or a directory they load from; None for neither."""
+    if spec.vllm is not None:
+        return inference(spec, spec.model_path)[1]
+    if spec.publish_dir is not None:
+        from ludic_core.publish.directory import DirectoryPublisher
+
+        return DirectoryPublisher(spec.publish_dir, spec.model_path)
+    return None
 
 
 def inference(spec: StageSpec, serve_from: str) -> tuple[Any, Any]:

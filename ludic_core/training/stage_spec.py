@@ -93,6 +93,9 @@ class StageSpec(FrozenModel):
     progress_bar: bool = Field(False, description="a console progress bar (rank 0)")
     title: str = Field("train", description="what the progress bar calls this job")
     vllm: VLLMEndpoint | None = Field(None, description="None = in-process LocalChatClient")
+    publish_dir: str | None = Field(
+        None, description="stream data without vllm: publish each step's weights as a model directory here "
+                          "(DirectoryPublisher) for actors in other processes")
     local: LocalInferenceConfig = Field(LocalInferenceConfig(), description="the in-process LocalChatClient")
     wandb: WandbSpec | None = Field(None, description="also log to wandb")
 

@@ -63,7 +63,7 @@ def test_garbage_foreign_and_stale_entries_leave_the_run_going(client):
     src = StreamBatchSource(stream, items_per_step=3, trainer_version=lambda: 5, max_lag=2, tokenizer="my-fp")
     batch = src.next_batch()
     assert ids(batch) == ["item-300", "item-301", "item-302"]
-    assert (batch.meta["dead_lettered"], batch.meta["stale_dropped"]) == (2, 2)
+    assert (batch.meta["queue_dead_lettered"], batch.meta["queue_stale_dropped"]) == (2, 2)
     dead = client.xrange("t:bad:dead")
     reasons = [f[b"reason"].decode() for _, f in dead]
     assert reasons[0].startswith("entry has no 'header' field")

@@ -1,0 +1,201 @@
+"""Pipeline RL: actor rounds and trainer stages at once, joined by a Redis Stream.
+
+The synchronous `rl_train` alternates: generate, then train, then generate.
+Here K actor rounds stay in flight (Prefect tasks, retried) while a training
+stage consumes what they put on the stream; the stage publishes its weights
+every step (a model directory the actors load, the embedded twin of a vLLM
+push) and acknowledges items only once a checkpoint holds them. Nothing is
+lost or trained twice across a crash of any part (see ludic_core.queue).
+Items more than `max_lag` versions behind the trainer are dropped and counted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from prefect import flow, get_run_logger
+from prefect.task_runners import ThreadPoolTaskRunner
+from pydantic import Field, model_validator
+
+from flows.common import FlowConfig, require_model_dir
+from ludic_core.config import AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig
+from ludic_core.queue.actor import ActorSpec
+from ludic_core.recipes.configs import AgentConfig, EnvConfig, SeedSchedule
+from ludic_core.recipes.policy import ModelPolicy
+from ludic_core.training.checkpoint import latest_checkpoint
+from ludic_core.training.stage_spec import StageSpec, StreamData, group_size_of
+from tasks.artifacts import learning_curve_artifact, table_artifact
+from tasks.evaluation import evaluate_policy
+from tasks.pipeline import actor_round_task
+from tasks.training import train_stage
+
+KEY_ENV = "LUDIC_REDIS_PASSWORD"
+
+
+class PipelineRLConfig(FlowConfig):
+    model_path: str = Field(description="initial policy (e.g. the SFT model dir)")
+    out_dir: str = Field("runs/pipeline_rl", description="checkpoints, published policies, metrics, local Redis")
+    env: EnvConfig
+    agent: AgentConfig = AgentConfig()
+    algorithm: AlgorithmConfig = Field(GRPOConfig(group_size=8),
+                                       description="its group_size is the samples per prompt (stated only here)")
+    requests_per_round: int = Field(8, ge=1, description="prompts per actor round")
+    schedule: SeedSchedule = Field(SeedSchedule(start=1_000), description="env seeds; each round plays its own")
+    actors: int = Field(2, ge=1, description="actor rounds in flight at once")
+    steps: int = Field(20, ge=1)
+    steps_per_stage: int = Field(10, ge=1)
+    items_per_step: int = Field(256, ge=1, description="SAW items (model calls) per optimizer step")
+    max_lag: int | None = Field(1, ge=0, description="drop items this many policy versions behind the trainer")
+    max_backlog: int = Field(2048, ge=1, description="actors wait while this many items are not yet read")
+    trainer: TrainerConfig = TrainerConfig(lr=1e-4, micro_token_budget=16384, max_seq_len=512)
+    local: LocalInferenceConfig = LocalInferenceConfig()
+    redis_block: str | None = Field(None, description="name of a RedisQueue block; None = start a local "
+                                                      "redis-server for the run (needs the binary)")
+    key: str = Field("ludic:saw", description="the stream (a RedisQueue block's key wins)")
+    eval_episodes: int = Field(100, ge=0, description="greedy episodes at the end (0 = off)")
+    eval_seed: int = 100_000
+
+    @model_validator(mode="after")
+    def _group_size_stated(self) -> PipelineRLConfig:
+        group_size_of(self.algorithm)
+        return self
+
+    def preflight(self) -> None:
+        from ludic_core.recipes.build import check_env
+
+        require_model_dir("model_path", self.model_path)
+        check_env(self.env)
+
+
+@contextmanager
+def _redis(cfg: PipelineRLConfig) -> Iterator[tuple[str, str | None, str, int]]:
+    """(url, password, stream key, max backlog): the named block's, or a local server's for this run."""
+    if cfg.redis_block:
+        from blocks import RedisQueue
+
+        conf = RedisQueue.load(cfg.redis_block).to_config()
+        yield conf["url"], conf["password"], conf["key"], conf["max_len"]
+        return
+    from ludic_core.queue.redis_server import LocalRedis
+
+    server = LocalRedis(Path(cfg.out_dir) / "redis").start()
+    get_run_logger().info("started redis-server at %s (append-only file in %s/redis)", server.url, cfg.out_dir)
+    try:
+        yield server.url, server.password, cfg.key, cfg.max_backlog
+    finally:
+        server.stop()
+
+
+@flow(name="pipeline_rl", task_runner=ThreadPoolTaskRunner(max_workers=16))
+def pipeline_rl(cfg: PipelineRLConfig) -> dict:
+    """Returns the final model directory and the run's queue counts."""
+    from ludic_core.publish.directory import point_latest, read_latest
+    from ludic_core.queue import SAWStream, connect
+
+    cfg.preflight()
+    log = get_run_logger()
+    start = time.perf_counter()
+    with _redis(cfg) as (url, password, key, backlog):
+        previous = os.environ.get(KEY_ENV)
+        os.environ[KEY_ENV] = password or ""  # stages and actors read it here, never from a spec
+        stream = SAWStream(connect(url, password=password), key=key, max_backlog=backlog)
+        stream.ensure_group()
+        policy_dir = f"{cfg.out_dir}/policy"
+        if read_latest(policy_dir) is None:
+            point_latest(policy_dir, cfg.model_path, 0)
+        actor = ActorSpec(env=cfg.env, agent=cfg.agent, algorithm=cfg.algorithm,
+                          requests_per_round=cfg.requests_per_round, schedule=cfg.schedule, url=url, key=key,
+                          max_backlog=backlog, policy_dir=policy_dir, local=cfg.local,
+                          max_seq_len=cfg.trainer.max_seq_len, password_env=KEY_ENV)
+        base = StageSpec(model_path=cfg.model_path, checkpoint_dir=f"{cfg.out_dir}/checkpoints",
+                         algorithm=cfg.algorithm, trainer=cfg.trainer, until_step=cfg.steps,
+                         data=StreamData(url=url, key=key, items_per_step=cfg.items_per_step, max_lag=cfg.max_lag,
+                                         password_env=KEY_ENV),
+                         publish_dir=policy_dir, metrics_path=f"{cfg.out_dir}/metrics.jsonl", local=cfg.local)
+        rounds: list[dict] = []
+        failed_rounds = 0
+        in_flight: dict = {}
+        try:
+            targets = list(range(cfg.steps_per_stage, cfg.steps, cfg.steps_per_stage)) + [cfg.steps]
+            for target in targets:
+                done = _step_of(latest_checkpoint(base.checkpoint_dir))
+                if done >= target:
+                    log.info("stage up to step %d already done (checkpoint at %d), skipped", target, done)
+                    continue
+                stage = train_stage.submit(base.model_copy(update={"until_step": target}))
+                while not stage.state.is_final():
+                    while len(in_flight) < cfg.actors:
+                        index = int(stream.client.incr(f"{key}:rounds"))
+                        in_flight[actor_round_task.submit(actor, index)] = index
+                    failed_rounds += _collect([f for f in in_flight if f.state.is_final()], in_flight, rounds)
+                    time.sleep(0.05)
+                stage.result()  # a stage that failed after its retries fails the run
+        finally:
+            for fut in in_flight:  # let running rounds land (their items stay for the next run)
+                fut.wait()
+            failed_rounds += _collect(list(in_flight), in_flight, rounds)
+            if previous is None:
+                os.environ.pop(KEY_ENV, None)
+            else:
+                os.environ[KEY_ENV] = previous
+        final = latest_checkpoint(base.checkpoint_dir)
+        report = _report(stream, final, rounds, failed_rounds, time.perf_counter() - start, base.metrics_path)
+        stream.client.close()
+    table_artifact("pipeline-queue", [report], "pipeline RL: items produced, trained, dropped, dead-lettered")
+    learning_curve_artifact("pipeline-learning-curve", base.metrics_path, fields=("loss", "queue_wait_s"))
+    result = {"model_path": str(final / "model"), **report}
+    if cfg.eval_episodes:
+        m = evaluate_policy(ModelPolicy(model_path=result["model_path"], local=cfg.local), cfg.env, cfg.agent,
+                            seeds=list(range(cfg.eval_seed, cfg.eval_seed + cfg.eval_episodes)))
+        result["eval"] = {k: round(v, 4) for k, v in m.items()}
+        table_artifact("pipeline-evaluation", [result["eval"]], "greedy evaluation of the final checkpoint")
+    return result
+
+
+def _collect(finished: list, in_flight: dict, rounds: list[dict]) -> int:
+    """Move finished actor rounds out of `in_flight`; return how many failed."""
+    failed = 0
+    for fut in finished:
+        index = in_flight.pop(fut)
+        if fut.state.is_completed():
+            rounds.append(fut.result())
+        else:
+            failed += 1
+            get_run_logger().error("actor round %d failed after its retries: %s", index, fut.state.message)
+    return failed
+
+
+def _step_of(path: Path | None) -> int:
+    return int(path.name.rsplit("_", 1)[-1]) if path is not None else 0
+
+
+def _report(stream, final: Path | None, rounds: list[dict], failed_rounds: int, wall_s: float,
+            metrics_path: str | None) -> dict:
+    source = {}
+    if final is not None:
+        source = json.loads((final / "trainer_state.json").read_text())["data"].get("source", {})
+    totals = source.get("totals", {})
+    steps = []
+    if metrics_path and Path(metrics_path).exists():
+        steps = [json.loads(line) for line in Path(metrics_path).read_text().splitlines() if line.strip()]
+    idle = sum(float(s.get("queue_wait_s", 0.0)) for s in steps)
+    return {
+        "wall_s": round(wall_s, 1),
+        "steps": len(steps),
+        "rounds": len(rounds),
+        "failed_rounds": failed_rounds,
+        "items_produced": int(sum(r["added"] for r in rounds)),
+        "items_trained": int(totals.get("trained", 0)),
+        "stale_dropped": int(totals.get("stale_dropped", 0)),
+        "dead_lettered": int(totals.get("dead_lettered", 0)),
+        "left_in_stream": int(stream.backlog()),
+        "trainer_idle_s": round(idle, 1),
+        "trainer_idle_frac": round(idle / max(wall_s, 1e-9), 3),
+        "items_per_s": round(totals.get("trained", 0) / max(wall_s, 1e-9), 2),
+        "lag_histogram": json.dumps(source.get("lag", {}), sort_keys=True),
+    }

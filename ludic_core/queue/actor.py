@@ -1,0 +1,103 @@
+"""One actor round: rollouts from the current policy -> credit -> the stream.
+
+An actor does what a synchronous trainer's `RolloutBatchSource` does for one
+step (same requests, same credit, same filters and dynamic sampling), then
+puts the items on the stream in one atomic, at-most-once write: a round that
+dies half-way left nothing, and a retried round that had already landed adds
+nothing. Item ids are `ROUND/INDEX`, so the trainer's audit can name each.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pydantic import Field
+
+from ludic_core.config import AlgorithmConfig, LocalInferenceConfig
+from ludic_core.frozen import FrozenModel
+from ludic_core.queue.codec import encode_item
+from ludic_core.queue.stream import SAWStream
+from ludic_core.recipes.configs import AgentConfig, EnvConfig, SeedSchedule
+
+__all__ = ["ActorSpec", "actor_round", "run_actor_round"]
+
+
+def actor_round(source: Any, stream: SAWStream, *, round_id: str, env: str, policy_version: int,
+                tokenizer: str | None = None, wait_timeout_s: float | None = None) -> dict[str, float]:
+    """Wait for room on the stream, draw one batch from `source` (a
+    `RolloutBatchSource` on the current policy), put it on the stream as round
+    `round_id`. Returns the round's counts and timings."""
+    waited = stream.wait_for_room(timeout_s=wait_timeout_s)
+    t0 = time.perf_counter()
+    batch = source.next_batch()
+    gen_s = time.perf_counter() - t0
+    entries = [encode_item(it, item_id=f"{round_id}/{k}", env=env,
+                           policy_version=int(it.meta.get("policy_version") or policy_version), tokenizer=tokenizer)
+               for k, it in enumerate(batch.items)]
+    added = stream.put_round(round_id, entries)
+    return {"items": float(len(entries)), "added": float(added), "wait_s": waited, "generate_s": gen_s,
+            **{k: float(v) for k, v in batch.meta.items() if isinstance(v, (int, float))}}
+
+
+class ActorSpec(FrozenModel):
+    """Everything one actor round needs, as plain JSON (a task parameter):
+    what to play, how to assign credit, where the policy and the stream are."""
+
+    env: EnvConfig
+    agent: AgentConfig = AgentConfig()
+    algorithm: AlgorithmConfig = Field(description="credit and filters; its group_size is the samples per prompt")
+    requests_per_round: int = Field(8, ge=1, description="prompts per round, each sampled group_size times")
+    schedule: SeedSchedule = Field(SeedSchedule(start=1_000), description="env seeds; round r plays its own block")
+    url: str = Field(description="the Redis server (redis://, rediss:// or unix://)")
+    password_env: str = Field("LUDIC_REDIS_PASSWORD", description="environment variable holding the password")
+    key: str = "ludic:saw"
+    max_backlog: int = Field(2048, ge=1, description="wait while the trainer is this many items behind")
+    wait_timeout_s: float | None = Field(600.0, gt=0, description="give up waiting for room after this long")
+    policy_dir: str = Field(description="where the trainer publishes its weights (DirectoryPublisher)")
+    local: LocalInferenceConfig = LocalInferenceConfig()
+    max_seq_len: int = Field(1024, ge=2)
+
+
+_DRAWS_PER_ROUND = 64  # seed blocks reserved per round (dynamic sampling draws several)
+
+
+def run_actor_round(spec: ActorSpec, round_index: int) -> dict[str, float]:
+    """Load the newest published policy, play one round, put it on the stream
+    as round `round_index` (retrying the same index writes nothing twice)."""
+    import os
+
+    from ludic_core.algorithms import build_algorithm
+    from ludic_core.batching.sources import RolloutBatchSource
+    from ludic_core.inference import LocalChatClient
+    from ludic_core.models import tokenizer_fingerprint
+    from ludic_core.publish.directory import read_latest
+    from ludic_core.queue.stream import connect
+    from ludic_core.recipes.build import build_engine, episode_requests
+    from ludic_core.rollout import GRPORequestStrategy, IdentityStrategy
+    from ludic_core.training.stage_spec import group_size_of
+
+    latest = read_latest(spec.policy_dir)
+    if latest is None:
+        raise FileNotFoundError(f"no published policy in {spec.policy_dir!r} (latest.json): publish one first")
+    version, model_dir = latest
+    client = LocalChatClient(model_dir, policy_version=version, **spec.local.model_dump())
+    algorithm = build_algorithm(spec.algorithm)
+    group, n = group_size_of(spec.algorithm), spec.requests_per_round
+    base = round_index * _DRAWS_PER_ROUND
+    source = RolloutBatchSource(
+        build_engine(spec.env, spec.agent, client),
+        lambda i: episode_requests(spec.env, spec.agent, spec.schedule.seeds(n, offset=(base + i) * n)),
+        algorithm, max_steps=spec.agent.max_turns,
+        strategy=GRPORequestStrategy(group, seed=spec.schedule.start + round_index) if group > 1 else IdentityStrategy(),
+        max_seq_len=spec.max_seq_len)
+    stream = SAWStream(connect(spec.url, password=os.environ.get(spec.password_env) or None), key=spec.key,
+                       max_backlog=spec.max_backlog)
+    try:
+        stream.ensure_group()
+        out = actor_round(source, stream, round_id=f"round-{round_index}", env=spec.env.name,
+                          policy_version=version, tokenizer=tokenizer_fingerprint(client.tokenizer),
+                          wait_timeout_s=spec.wait_timeout_s)
+    finally:
+        stream.client.close()
+    return {**out, "policy_version": float(version), "round": float(round_index)}

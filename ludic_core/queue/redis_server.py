@@ -1,0 +1,78 @@
+"""A local `redis-server` for runs that name none (the embedded default, tests).
+
+Redis is an existing engine, not ours: production runs name a server (a
+`RedisQueue` block). For a laptop run the pipeline starts one on a free
+loopback port with a fresh password and an append-only file, so a restarted
+server (or a restarted run) finds its stream again.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["LocalRedis", "free_port"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class LocalRedis:
+    directory: Path
+    port: int = field(default_factory=free_port)
+    password: str = field(default_factory=lambda: secrets.token_urlsafe(18))
+    appendonly: bool = True
+    proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout_s: float = 20.0) -> LocalRedis:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise FileNotFoundError("redis-server is not installed (apt-get install redis-server), "
+                                    "or name a running server (a RedisQueue block)")
+        Path(self.directory).mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--requirepass", self.password,
+             "--dir", str(self.directory), "--save", "", "--appendonly", "yes" if self.appendonly else "no",
+             "--appendfsync", "always"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"redis-server exited with {self.proc.returncode} (port {self.port} taken?)")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return self
+            except OSError:
+                time.sleep(0.05)
+        self.kill()
+        raise RuntimeError(f"redis-server did not listen on port {self.port} within {timeout_s:.0f} s")
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown save, no goodbye to clients (what a crash looks like)."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None

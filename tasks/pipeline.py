@@ -1,0 +1,18 @@
+"""Pipeline-RL tasks: an actor round (retried; many at once) and the run's queue report."""
+
+from __future__ import annotations
+
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+
+from ludic_core.queue.actor import ActorSpec, run_actor_round
+
+
+@task(name="actor-round", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=1)
+def actor_round_task(spec: ActorSpec, round_index: int) -> dict[str, float]:
+    """One round of rollouts -> credit -> the stream. A retry reuses the round
+    index, so a round whose first attempt landed is not written twice."""
+    out = run_actor_round(spec, round_index)
+    get_run_logger().info("round %d: %d items from policy v%d (%.1f s generating, %.1f s waiting for room)",
+                          round_index, out["added"], out["policy_version"], out["generate_s"], out["wait_s"])
+    return out
