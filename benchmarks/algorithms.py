@@ -63,11 +63,11 @@ def evaluate(client, recipe) -> dict[str, float]:
 
 def sft_checkpoint(recipe_name: str, demo_dir: str) -> str:
     from flows.demo import DemoConfig, teacher_to_sft
+    from ludic_core.models import build_tiny_model
     from ludic_core.recipes.recipe import get_recipe
-    from tasks.models import build_model
 
     cfg = DemoConfig(recipe=recipe_name, run_dir=f"{demo_dir}/{recipe_name}", progress_bar=False)
-    model = build_model(f"{cfg.out}/models/{cfg.preset}", cfg.preset, cfg.seed)
+    model = str(build_tiny_model(f"{cfg.out}/models/{cfg.preset}", cfg.preset, seed=cfg.seed))
     return teacher_to_sft(cfg, get_recipe(recipe_name), model)[1]
 
 

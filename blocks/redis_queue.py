@@ -1,4 +1,4 @@
-"""The Redis list that carries SAW items from rollout workers to the trainer."""
+"""The Redis Stream that carries SAW items from actors to the trainer (`pipeline_rl`)."""
 
 from __future__ import annotations
 
@@ -12,16 +12,16 @@ __all__ = ["RedisQueue"]
 
 
 class RedisQueue(LudicBlock):
-    """A Redis queue of SAW items (pipeline mode). The password is kept apart
-    from the URL so the URL can be shown and logged."""
+    """The Redis Stream of SAW items (`pipeline_rl`'s `redis_block`). The
+    password is kept apart from the URL so the URL can be shown and logged."""
 
     _block_type_name: ClassVar[str] = "Ludic Redis Queue"
     _block_type_slug: ClassVar[str] = "ludic-redis-queue"
 
     url: str = Field("redis://127.0.0.1:6379/0", description="redis://HOST:PORT/DB (no password here)")
     password: SecretStr | None = Field(None, description="Redis AUTH password")
-    key: str = Field("ludic:saw", min_length=1, description="the list key items are pushed to")
-    max_len: int = Field(10_000, ge=1, description="producers wait while the queue holds this many items")
+    key: str = Field("ludic:saw", min_length=1, description="the stream actors append items to")
+    max_len: int = Field(10_000, ge=1, description="actors wait while this many items are not yet read")
 
     @field_validator("url")
     @classmethod

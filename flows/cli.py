@@ -31,6 +31,8 @@ FLOWS: dict[str, tuple[str, str, str]] = {
     "sft": ("flows.sft", "sft", "SFTFlowConfig"),
     "rl_train": ("flows.rl_train", "rl_train", "RLTrainConfig"),
     "pipeline_rl": ("flows.pipeline_rl", "pipeline_rl", "PipelineRLConfig"),
+    "pipeline_trainer": ("flows.pipeline_parts", "pipeline_trainer", "PipelineTrainerConfig"),
+    "pipeline_actor": ("flows.pipeline_parts", "pipeline_actor", "PipelineActorConfig"),
     "evaluate": ("flows.evaluate", "evaluate", "EvaluateConfig"),
 }
 

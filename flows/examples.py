@@ -19,6 +19,7 @@ __all__ = ["EXAMPLES", "example_config", "render"]
 def _examples() -> dict[str, BaseModel]:
     from flows.demo import DemoConfig
     from flows.evaluate import EvaluateConfig
+    from flows.pipeline_parts import PipelineActorConfig, PipelineTrainerConfig
     from flows.pipeline_rl import PipelineRLConfig
     from flows.rejection_sampling import RejectionSamplingConfig
     from flows.rl_train import RLTrainConfig
@@ -39,12 +40,17 @@ def _examples() -> dict[str, BaseModel]:
                                   eval_env=RECIPE.eval_env, eval_seed=0, algorithm=GRPOConfig(group_size=8), steps=30),
         "pipeline_rl": PipelineRLConfig(model_path=sft_model, out_dir=f"{base}/pipeline_rl", env=RECIPE.env,
                                         agent=RECIPE.agent, algorithm=GRPOConfig(group_size=8), steps=30),
+        "pipeline_trainer": PipelineTrainerConfig(model_path=sft_model, out_dir=f"{base}/pipeline_trainer",
+                                                  redis_block="ludic-redis", policy_dir=f"{base}/policy", steps=30),
+        "pipeline_actor": PipelineActorConfig(redis_block="ludic-redis", env=RECIPE.env, agent=RECIPE.agent,
+                                              policy_dir=f"{base}/policy"),
         "evaluate": EvaluateConfig(policy=ModelPolicy(model_path=f"{base}/rl/checkpoints/step_00000030/model"),
                                    env=RECIPE.eval_env, agent=RECIPE.agent, episodes=300, seed=0),
     }
 
 
-EXAMPLES = ("demo", "rejection_sampling", "sft", "rl_train", "pipeline_rl", "evaluate")
+EXAMPLES = ("demo", "rejection_sampling", "sft", "rl_train", "pipeline_rl", "pipeline_trainer", "pipeline_actor",
+            "evaluate")
 
 
 def _scalar(value: Any) -> str:

@@ -4,7 +4,8 @@ The synchronous `rl_train` alternates: generate, then train, then generate.
 Here K actor rounds stay in flight (Prefect tasks, retried) while a training
 stage consumes what they put on the stream; the stage publishes its weights
 every step (a model directory the actors load, the embedded twin of a vLLM
-push) and acknowledges items only once a checkpoint holds them. Nothing is
+push; with `inference: vllm` it pushes them into the actors' vLLM server) and
+acknowledges items only once a checkpoint holds them. Nothing is
 lost or trained twice across a crash of any part (see ludic_core.queue).
 Items more than `max_lag` versions behind the trainer are dropped and counted.
 """
@@ -14,15 +15,16 @@ from __future__ import annotations
 import json
 import os
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Literal
 
 from prefect import flow, get_run_logger
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field, model_validator
 
 from flows.common import FlowConfig, require_model_dir
+from flows.vllm_inference import VLLMSettings, vllm_inference
 from ludic_core.config import AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig
 from ludic_core.queue.actor import ActorSpec
 from ludic_core.recipes.configs import AgentConfig, EnvConfig, SeedSchedule
@@ -53,6 +55,10 @@ class PipelineRLConfig(FlowConfig):
     max_lag: int | None = Field(1, ge=0, description="drop items this many policy versions behind the trainer")
     max_backlog: int = Field(2048, ge=1, description="actors wait while this many items are not yet read")
     trainer: TrainerConfig = TrainerConfig(lr=1e-4, micro_token_budget=16384, max_seq_len=512)
+    inference: Literal["local", "vllm"] = Field(
+        "local", description="local = actors decode in-process from the published model directory; vllm = actors "
+                             "roll out through a vLLM server the stages push their weights into, see `vllm`")
+    vllm: VLLMSettings = Field(VLLMSettings(), description="the vLLM server (inference: vllm only)")
     local: LocalInferenceConfig = LocalInferenceConfig()
     redis_block: str | None = Field(None, description="name of a RedisQueue block; None = start a local "
                                                       "redis-server for the run (needs the binary)")
@@ -73,22 +79,53 @@ class PipelineRLConfig(FlowConfig):
 
 
 @contextmanager
-def _redis(cfg: PipelineRLConfig) -> Iterator[tuple[str, str | None, str, int]]:
-    """(url, password, stream key, max backlog): the named block's, or a local server's for this run."""
-    if cfg.redis_block:
+def redis_queue(block: str | None, out_dir: str, key: str, max_backlog: int) -> Iterator[tuple[str, str | None, str, int]]:
+    """(url, password, stream key, max backlog): a RedisQueue block's, or a local
+    server's started for this run (`block` None). The password is also put in
+    the environment (`KEY_ENV`) where stages and actors read it, never a spec;
+    it stays there (other flows of this process may be using the same queue)."""
+    server = None
+    if block:
         from blocks import RedisQueue
 
-        conf = RedisQueue.load(cfg.redis_block).to_config()
-        yield conf["url"], conf["password"], conf["key"], conf["max_len"]
-        return
-    from ludic_core.queue.redis_server import LocalRedis
+        conf = RedisQueue.load(block).to_config()
+        url, password, key, max_backlog = conf["url"], conf["password"], conf["key"], conf["max_len"]
+    else:
+        from ludic_core.queue.redis_server import LocalRedis
 
-    server = LocalRedis(Path(cfg.out_dir) / "redis").start()
-    get_run_logger().info("started redis-server at %s (append-only file in %s/redis)", server.url, cfg.out_dir)
+        server = LocalRedis(Path(out_dir) / "redis").start()
+        url, password = server.url, server.password
+        get_run_logger().info("started redis-server at %s (append-only file in %s/redis)", url, out_dir)
+    os.environ[KEY_ENV] = password or ""
     try:
-        yield server.url, server.password, cfg.key, cfg.max_backlog
+        yield url, password, key, max_backlog
     finally:
-        server.stop()
+        if server is not None:
+            server.stop()
+
+
+def keep_actors_busy(actor: ActorSpec, stream, n: int, until, rounds: list[dict], *,
+                     max_rounds: int | None = None) -> int:
+    """Keep `n` actor rounds in flight until `until()` (or `max_rounds` were
+    started), then let the running ones land. Round indices come from a Redis
+    counter shared by every actor flow on the stream. Returns failed rounds."""
+    in_flight: dict = {}
+    started = failed = 0
+    try:
+        while not until():
+            while len(in_flight) < n and (max_rounds is None or started < max_rounds):
+                index = int(stream.client.incr(f"{stream.key}:rounds"))
+                in_flight[actor_round_task.submit(actor, index)] = index
+                started += 1
+            if not in_flight:
+                break
+            failed += _collect([f for f in in_flight if f.state.is_final()], in_flight, rounds)
+            time.sleep(0.05)
+    finally:
+        for fut in in_flight:  # let running rounds land (their items stay for the next run)
+            fut.wait()
+        failed += _collect(list(in_flight), in_flight, rounds)
+    return failed
 
 
 @flow(name="pipeline_rl", task_runner=ThreadPoolTaskRunner(max_workers=16))
@@ -98,53 +135,32 @@ def pipeline_rl(cfg: PipelineRLConfig) -> dict:
     from ludic_core.queue import SAWStream, connect
 
     cfg.preflight()
-    log = get_run_logger()
     start = time.perf_counter()
-    with _redis(cfg) as (url, password, key, backlog):
-        previous = os.environ.get(KEY_ENV)
-        os.environ[KEY_ENV] = password or ""  # stages and actors read it here, never from a spec
+    serving = (vllm_inference(cfg.vllm, cfg.model_path, launcher="in_process", nproc=1)
+               if cfg.inference == "vllm" else nullcontext((None, None)))
+    with serving as (endpoint, _), redis_queue(cfg.redis_block, cfg.out_dir, cfg.key, cfg.max_backlog) as (
+            url, password, key, backlog):
         stream = SAWStream(connect(url, password=password), key=key, max_backlog=backlog)
         stream.ensure_group()
-        policy_dir = f"{cfg.out_dir}/policy"
-        if read_latest(policy_dir) is None:
+        policy_dir = None if endpoint else f"{cfg.out_dir}/policy"
+        if policy_dir and read_latest(policy_dir) is None:
             point_latest(policy_dir, cfg.model_path, 0)
         actor = ActorSpec(env=cfg.env, agent=cfg.agent, algorithm=cfg.algorithm,
                           requests_per_round=cfg.requests_per_round, schedule=cfg.schedule, url=url, key=key,
-                          max_backlog=backlog, policy_dir=policy_dir, local=cfg.local,
-                          max_seq_len=cfg.trainer.max_seq_len, password_env=KEY_ENV)
+                          max_backlog=backlog, policy_dir=policy_dir, local=cfg.local, vllm=endpoint,
+                          tokenizer_path=cfg.model_path if endpoint else None, max_seq_len=cfg.trainer.max_seq_len,
+                          password_env=KEY_ENV)
         base = StageSpec(model_path=cfg.model_path, checkpoint_dir=f"{cfg.out_dir}/checkpoints",
                          algorithm=cfg.algorithm, trainer=cfg.trainer, until_step=cfg.steps,
                          data=StreamData(url=url, key=key, items_per_step=cfg.items_per_step, max_lag=cfg.max_lag,
                                          password_env=KEY_ENV),
-                         publish_dir=policy_dir, metrics_path=f"{cfg.out_dir}/metrics.jsonl", local=cfg.local)
+                         publish_dir=policy_dir, vllm=endpoint, metrics_path=f"{cfg.out_dir}/metrics.jsonl",
+                         local=cfg.local)
         rounds: list[dict] = []
-        failed_rounds = 0
-        in_flight: dict = {}
-        try:
-            targets = list(range(cfg.steps_per_stage, cfg.steps, cfg.steps_per_stage)) + [cfg.steps]
-            for target in targets:
-                done = _step_of(latest_checkpoint(base.checkpoint_dir))
-                if done >= target:
-                    log.info("stage up to step %d already done (checkpoint at %d), skipped", target, done)
-                    continue
-                stage = train_stage.submit(base.model_copy(update={"until_step": target}))
-                while not stage.state.is_final():
-                    while len(in_flight) < cfg.actors:
-                        index = int(stream.client.incr(f"{key}:rounds"))
-                        in_flight[actor_round_task.submit(actor, index)] = index
-                    failed_rounds += _collect([f for f in in_flight if f.state.is_final()], in_flight, rounds)
-                    time.sleep(0.05)
-                stage.result()  # a stage that failed after its retries fails the run
-        finally:
-            for fut in in_flight:  # let running rounds land (their items stay for the next run)
-                fut.wait()
-            failed_rounds += _collect(list(in_flight), in_flight, rounds)
-            if previous is None:
-                os.environ.pop(KEY_ENV, None)
-            else:
-                os.environ[KEY_ENV] = previous
+        stages = StageChain(base, cfg.steps, cfg.steps_per_stage)
+        failed_rounds = keep_actors_busy(actor, stream, cfg.actors, stages.finished, rounds)
         final = latest_checkpoint(base.checkpoint_dir)
-        report = _report(stream, final, rounds, failed_rounds, time.perf_counter() - start, base.metrics_path)
+        report = queue_report(stream, final, rounds, failed_rounds, time.perf_counter() - start, base.metrics_path)
         stream.client.close()
     table_artifact("pipeline-queue", [report], "pipeline RL: items produced, trained, dropped, dead-lettered")
     learning_curve_artifact("pipeline-learning-curve", base.metrics_path, fields=("loss", "queue_wait_s"))
@@ -155,6 +171,36 @@ def pipeline_rl(cfg: PipelineRLConfig) -> dict:
         result["eval"] = {k: round(v, 4) for k, v in m.items()}
         table_artifact("pipeline-evaluation", [result["eval"]], "greedy evaluation of the final checkpoint")
     return result
+
+
+class StageChain:
+    """Training stages submitted one after another (each a retried task ending
+    in a checkpoint), polled from the actors' loop so actors never wait for a
+    stage boundary. Stages whose checkpoint exists are skipped (a re-run resumes)."""
+
+    def __init__(self, base: StageSpec, steps: int, steps_per_stage: int) -> None:
+        self.base = base
+        self.targets = list(range(steps_per_stage, steps, steps_per_stage)) + [steps]
+        self.current = None
+        self._next()
+
+    def _next(self) -> None:
+        self.current = None
+        while self.targets:
+            target = self.targets.pop(0)
+            done = _step_of(latest_checkpoint(self.base.checkpoint_dir))
+            if done >= target:
+                get_run_logger().info("stage up to step %d already done (checkpoint at %d), skipped", target, done)
+                continue
+            self.current = train_stage.submit(self.base.model_copy(update={"until_step": target}))
+            return
+
+    def finished(self) -> bool:
+        """True once every stage is done; raises when one failed after its retries."""
+        if self.current is not None and self.current.state.is_final():
+            self.current.result()
+            self._next()
+        return self.current is None
 
 
 def _collect(finished: list, in_flight: dict, rounds: list[dict]) -> int:
@@ -174,7 +220,7 @@ def _step_of(path: Path | None) -> int:
     return int(path.name.rsplit("_", 1)[-1]) if path is not None else 0
 
 
-def _report(stream, final: Path | None, rounds: list[dict], failed_rounds: int, wall_s: float,
+def queue_report(stream, final: Path | None, rounds: list[dict], failed_rounds: int, wall_s: float,
             metrics_path: str | None) -> dict:
     source = {}
     if final is not None:
@@ -189,7 +235,7 @@ def _report(stream, final: Path | None, rounds: list[dict], failed_rounds: int, 
         "steps": len(steps),
         "rounds": len(rounds),
         "failed_rounds": failed_rounds,
-        "items_produced": int(sum(r["added"] for r in rounds)),
+        "items_produced": stream.entries_added(),
         "items_trained": int(totals.get("trained", 0)),
         "stale_dropped": int(totals.get("stale_dropped", 0)),
         "dead_lettered": int(totals.get("dead_lettered", 0)),

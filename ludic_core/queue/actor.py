@@ -19,6 +19,7 @@ from ludic_core.frozen import FrozenModel
 from ludic_core.queue.codec import encode_item
 from ludic_core.queue.stream import SAWStream
 from ludic_core.recipes.configs import AgentConfig, EnvConfig, SeedSchedule
+from ludic_core.training.stage_spec import VLLMEndpoint
 
 __all__ = ["ActorSpec", "actor_round", "run_actor_round"]
 
@@ -54,7 +55,12 @@ class ActorSpec(FrozenModel):
     key: str = "ludic:saw"
     max_backlog: int = Field(2048, ge=1, description="wait while the trainer is this many items behind")
     wait_timeout_s: float | None = Field(600.0, gt=0, description="give up waiting for room after this long")
-    policy_dir: str = Field(description="where the trainer publishes its weights (DirectoryPublisher)")
+    policy_dir: str | None = Field(None, description="where the trainer publishes its weights (DirectoryPublisher); "
+                                                    "None with vllm")
+    vllm: VLLMEndpoint | None = Field(None, description="roll out through this vLLM server (the trainer pushes "
+                                                       "its weights into it) instead of loading policy_dir")
+    tokenizer_path: str | None = Field(None, description="with vllm: the served model's dir, to stamp items "
+                                                         "with its tokenizer fingerprint")
     local: LocalInferenceConfig = LocalInferenceConfig()
     max_seq_len: int = Field(1024, ge=2)
 
@@ -77,11 +83,20 @@ def run_actor_round(spec: ActorSpec, round_index: int) -> dict[str, float]:
     from ludic_core.rollout import GRPORequestStrategy, IdentityStrategy
     from ludic_core.training.stage_spec import group_size_of
 
-    latest = read_latest(spec.policy_dir)
-    if latest is None:
-        raise FileNotFoundError(f"no published policy in {spec.policy_dir!r} (latest.json): publish one first")
-    version, model_dir = latest
-    client = LocalChatClient(model_dir, policy_version=version, **spec.local.model_dump())
+    if spec.vllm is not None:
+        from ludic_core.inference.vllm_client import VLLMChatClient
+
+        # every completion is stamped with the server's weight version, whatever was pushed meanwhile
+        client: Any = VLLMChatClient(spec.vllm.base_url, model=spec.vllm.model,
+                                     api_key=os.environ.get(spec.vllm.api_key_env) or None)
+        version, fingerprint = 0, _fingerprint(spec.tokenizer_path)
+    else:
+        latest = read_latest(spec.policy_dir) if spec.policy_dir else None
+        if latest is None:
+            raise FileNotFoundError(f"no published policy in {spec.policy_dir!r} (latest.json): publish one first")
+        version, model_dir = latest
+        client = LocalChatClient(model_dir, policy_version=version, **spec.local.model_dump())
+        fingerprint = tokenizer_fingerprint(client.tokenizer)
     algorithm = build_algorithm(spec.algorithm)
     group, n = group_size_of(spec.algorithm), spec.requests_per_round
     base = round_index * _DRAWS_PER_ROUND
@@ -96,8 +111,18 @@ def run_actor_round(spec: ActorSpec, round_index: int) -> dict[str, float]:
     try:
         stream.ensure_group()
         out = actor_round(source, stream, round_id=f"round-{round_index}", env=spec.env.name,
-                          policy_version=version, tokenizer=tokenizer_fingerprint(client.tokenizer),
+                          policy_version=version, tokenizer=fingerprint,
                           wait_timeout_s=spec.wait_timeout_s)
     finally:
         stream.client.close()
     return {**out, "policy_version": float(version), "round": float(round_index)}
+
+
+def _fingerprint(tokenizer_path: str | None) -> str | None:
+    if tokenizer_path is None:
+        return None
+    from transformers import AutoTokenizer
+
+    from ludic_core.models import tokenizer_fingerprint
+
+    return tokenizer_fingerprint(AutoTokenizer.from_pretrained(tokenizer_path))

@@ -81,6 +81,10 @@ class SAWStream:
                 return int(lag) if lag is not None else int(self.client.xlen(self.key))
         return int(self.client.xlen(self.key))
 
+    def entries_added(self) -> int:
+        """Every entry ever appended to the stream (trimmed ones included)."""
+        return int(self.client.xinfo_stream(self.key)["entries-added"])
+
     def wait_for_room(self, *, poll_s: float = 0.2, timeout_s: float | None = None) -> float:
         """Block while the backlog exceeds `max_backlog`; return the seconds waited."""
         start = time.monotonic()

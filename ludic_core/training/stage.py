@@ -47,6 +47,9 @@ def run_stage(spec: StageSpec, *, loggers: list | None = None) -> dict[str, Any]
     from ludic_core.training.trainer import Trainer
 
     ctx = init_distributed(spec.trainer.device)
+    if isinstance(spec.data, StreamData) and ctx.world_size > 1:
+        raise NotImplementedError(f"stream data trains in one process for now (the checkpoint records one "
+                                  f"reader's items); got {ctx.world_size} ranks: use launcher in_process or nproc 1")
     latest = latest_checkpoint(spec.checkpoint_dir)
     # Rollouts are generated from the newest weights: the latest checkpoint's, else the initial model.
     serve_from = str(latest / "model") if latest else spec.model_path

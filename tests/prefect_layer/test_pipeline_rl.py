@@ -29,3 +29,71 @@ def test_pipeline_rl_counts_add_up(prefect_api, format_tuned_model_dir, tmp_path
     policies = sorted(p.name for p in (tmp_path / "run" / "policy").glob("v*"))
     assert policies[-1] == "v00000004"
     assert set(out["eval"]) >= {"mean_return", "X/win_draw_rate"}
+
+
+@pytest.mark.vllm
+def test_pipeline_rl_with_vllm_actors(prefect_api, format_tuned_model_dir, tmp_path):
+    """The actors roll out through the vLLM CPU server; every stage step pushes
+    its weights into it, and items carry the server's weight version."""
+    from flows.pipeline_rl import PipelineRLConfig, pipeline_rl
+    from flows.vllm_inference import VLLMSettings
+    from ludic_core.config import GRPOConfig, TrainerConfig
+    from ludic_core.inference.vllm_server import VLLMServerConfig
+    from ludic_core.recipes.tic_tac_toe import RECIPE
+
+    cfg = PipelineRLConfig(
+        model_path=str(format_tuned_model_dir), out_dir=str(tmp_path / "run"), env=RECIPE.env, agent=RECIPE.agent,
+        algorithm=GRPOConfig(group_size=2), requests_per_round=4, actors=2, steps=4, steps_per_stage=2,
+        items_per_step=12, max_lag=2, trainer=TrainerConfig(lr=1e-4, max_seq_len=512), eval_episodes=0,
+        inference="vllm", vllm=VLLMSettings(server=VLLMServerConfig(log_dir=str(tmp_path / "vllm"))))
+    out = pipeline_rl(cfg)
+    assert out["steps"] == 4 and out["items_trained"] == 48 and out["dead_lettered"] == 0
+    assert out["items_produced"] == out["items_trained"] + out["stale_dropped"] + out["left_in_stream"]
+    lags = {int(k): v for k, v in json.loads(out["lag_histogram"]).items()}
+    assert sum(lags.values()) == 48 and max(lags) <= 2
+    assert not (tmp_path / "run" / "policy").exists()  # weights went to the server, not to a directory
+
+
+def test_trainer_and_actor_as_separate_flows(prefect_api, format_tuned_model_dir, tmp_path):
+    """pipeline_trainer and pipeline_actor (two flow runs, as on two work pools)
+    joined by a RedisQueue block and a policy directory; the actor stops by
+    itself once the trainer says it is done."""
+    import threading
+
+    from blocks import RedisQueue
+    from flows.pipeline_parts import PipelineActorConfig, PipelineTrainerConfig, pipeline_actor, pipeline_trainer
+    from ludic_core.config import GRPOConfig, TrainerConfig
+    from ludic_core.publish.directory import point_latest
+    from ludic_core.queue.redis_server import LocalRedis
+    from ludic_core.recipes.tic_tac_toe import RECIPE
+
+    server = LocalRedis(tmp_path / "redis").start()
+    try:
+        RedisQueue(url=server.url, password=server.password, key="split:saw", max_len=200).save(
+            "split-test", overwrite=True)
+        policy = str(tmp_path / "policy")
+        point_latest(policy, format_tuned_model_dir, 0)  # what the trainer publishes first, if the actor is early
+        actor_cfg = PipelineActorConfig(redis_block="split-test", env=RECIPE.env, agent=RECIPE.agent,
+                                        algorithm=GRPOConfig(group_size=2), requests_per_round=3, actors=1,
+                                        policy_dir=policy)
+        trainer_cfg = PipelineTrainerConfig(
+            model_path=str(format_tuned_model_dir), out_dir=str(tmp_path / "trainer"), redis_block="split-test",
+            algorithm=GRPOConfig(group_size=2), steps=3, steps_per_stage=3, items_per_step=10, max_lag=3,
+            trainer=TrainerConfig(lr=1e-4, max_seq_len=512), policy_dir=policy)
+        actor_out: dict = {}
+        actor = threading.Thread(target=lambda: actor_out.update(pipeline_actor(actor_cfg)))
+        actor.start()
+        trained = pipeline_trainer(trainer_cfg)
+        actor.join(timeout=120)
+        assert not actor.is_alive(), "the actor did not stop after the trainer was done"
+        from ludic_core.queue import SAWStream, connect
+
+        stream = SAWStream(connect(server.url, password=server.password), key="split:saw")
+        produced, left = stream.entries_added(), stream.backlog()
+    finally:
+        server.kill()
+    assert trained["steps"] == 3 and trained["items_trained"] == 30
+    assert actor_out["rounds"] >= 1 and actor_out["failed_rounds"] == 0
+    # at the trainer's end its counts add up; the actor's last round may land after it
+    assert trained["items_produced"] == trained["items_trained"] + trained["stale_dropped"] + trained["left_in_stream"]
+    assert produced == actor_out["items_produced"] == 30 + trained["stale_dropped"] + left

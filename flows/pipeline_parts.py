@@ -1,0 +1,140 @@
+"""`pipeline_rl` taken apart: `pipeline_trainer` and `pipeline_actor` run as
+separate deployments, on separate work pools and machines, joined by a
+`RedisQueue` block (the stream) and either an `InferenceEndpoint` block (the
+actors' vLLM server, which the trainer pushes its weights into) or a policy
+directory both can read. Scale out by running more `pipeline_actor` runs.
+"""
+
+from __future__ import annotations
+
+import time
+
+from prefect import flow, get_run_logger
+from prefect.task_runners import ThreadPoolTaskRunner
+from pydantic import Field, model_validator
+
+from flows.common import FlowConfig, require_model_dir
+from flows.pipeline_rl import KEY_ENV, StageChain, keep_actors_busy, queue_report, redis_queue
+from ludic_core.config import AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig
+from ludic_core.queue.actor import ActorSpec
+from ludic_core.recipes.configs import AgentConfig, EnvConfig, SeedSchedule
+from ludic_core.training.checkpoint import latest_checkpoint
+from ludic_core.training.stage_spec import StageSpec, StreamData, VLLMEndpoint, group_size_of
+from tasks.artifacts import table_artifact
+
+VLLM_KEY_ENV = "LUDIC_VLLM_API_KEY"
+_ENDPOINT = "name of an InferenceEndpoint block (kind vllm): the actors' server; None = policy_dir"
+
+
+def _endpoint(block: str | None) -> VLLMEndpoint | None:
+    """The block's server as a stage/actor endpoint; its key goes to the environment, never a spec."""
+    import os
+
+    from flows.policies import endpoint_from_block
+
+    if block is None:
+        return None
+    ep = endpoint_from_block(block)
+    os.environ[VLLM_KEY_ENV] = ep["api_key"] or ""
+    return VLLMEndpoint(base_url=ep["base_url"], model=ep["model"], api_key_env=VLLM_KEY_ENV)
+
+
+class PipelineTrainerConfig(FlowConfig):
+    model_path: str = Field(description="initial policy (e.g. the SFT model dir)")
+    out_dir: str = Field("runs/pipeline_trainer", description="checkpoints and metrics")
+    redis_block: str = Field(description="name of the RedisQueue block the actors write to")
+    algorithm: AlgorithmConfig = Field(GRPOConfig(group_size=8), description="the actors' algorithm (its loss)")
+    steps: int = Field(20, ge=1)
+    steps_per_stage: int = Field(10, ge=1)
+    items_per_step: int = Field(256, ge=1)
+    max_lag: int | None = Field(1, ge=0)
+    trainer: TrainerConfig = TrainerConfig(lr=1e-4, micro_token_budget=16384, max_seq_len=512)
+    endpoint_block: str | None = Field(None, description=_ENDPOINT)
+    policy_dir: str = Field("runs/pipeline_trainer/policy", description="where to publish weights without a "
+                                                                        "server (a directory the actors can read)")
+
+    def preflight(self) -> None:
+        require_model_dir("model_path", self.model_path)
+
+
+@flow(name="pipeline_trainer")
+def pipeline_trainer(cfg: PipelineTrainerConfig) -> dict:
+    """Train on what the actors put on the stream; tell them when done."""
+    from ludic_core.publish.directory import point_latest, read_latest
+    from ludic_core.queue import SAWStream, connect
+
+    cfg.preflight()
+    start = time.perf_counter()
+    endpoint = _endpoint(cfg.endpoint_block)
+    with redis_queue(cfg.redis_block, cfg.out_dir, "", 0) as (url, password, key, backlog):
+        stream = SAWStream(connect(url, password=password), key=key, max_backlog=backlog)
+        stream.ensure_group()
+        stream.client.delete(f"{key}:done")
+        policy_dir = None if endpoint else cfg.policy_dir
+        if policy_dir and read_latest(policy_dir) is None:
+            point_latest(policy_dir, cfg.model_path, 0)
+        base = StageSpec(model_path=cfg.model_path, checkpoint_dir=f"{cfg.out_dir}/checkpoints",
+                         algorithm=cfg.algorithm, trainer=cfg.trainer, until_step=cfg.steps,
+                         data=StreamData(url=url, key=key, items_per_step=cfg.items_per_step, max_lag=cfg.max_lag,
+                                         password_env=KEY_ENV),
+                         publish_dir=policy_dir, vllm=endpoint, metrics_path=f"{cfg.out_dir}/metrics.jsonl")
+        stages = StageChain(base, cfg.steps, cfg.steps_per_stage)
+        while not stages.finished():
+            time.sleep(0.2)
+        stream.client.set(f"{key}:done", cfg.steps)  # the actors stop after their current round
+        final = latest_checkpoint(base.checkpoint_dir)
+        report = queue_report(stream, final, [], 0, time.perf_counter() - start, base.metrics_path)
+        stream.client.close()
+    table_artifact("pipeline-trainer", [report], "pipeline trainer: items trained, dropped, dead-lettered")
+    return {"model_path": str(final / "model"), **report}
+
+
+class PipelineActorConfig(FlowConfig):
+    redis_block: str = Field(description="name of the RedisQueue block the trainer reads")
+    env: EnvConfig
+    agent: AgentConfig = AgentConfig()
+    algorithm: AlgorithmConfig = Field(GRPOConfig(group_size=8),
+                                       description="credit and filters; its group_size is the samples per prompt")
+    requests_per_round: int = Field(8, ge=1)
+    schedule: SeedSchedule = SeedSchedule(start=1_000)
+    actors: int = Field(2, ge=1, description="rounds in flight at once in this flow run")
+    rounds: int | None = Field(None, ge=1, description="stop after this many rounds; None = until the trainer is done")
+    endpoint_block: str | None = Field(None, description=_ENDPOINT)
+    tokenizer_path: str | None = Field(None, description="with a server: its model's dir (stamps the tokenizer)")
+    policy_dir: str = Field("runs/pipeline_trainer/policy", description="where the trainer publishes (no server)")
+    local: LocalInferenceConfig = LocalInferenceConfig()
+    max_seq_len: int = Field(512, ge=2)
+
+    @model_validator(mode="after")
+    def _group_size_stated(self) -> PipelineActorConfig:
+        group_size_of(self.algorithm)
+        return self
+
+    def preflight(self) -> None:
+        from ludic_core.recipes.build import check_env
+
+        check_env(self.env)
+
+
+@flow(name="pipeline_actor", task_runner=ThreadPoolTaskRunner(max_workers=16))
+def pipeline_actor(cfg: PipelineActorConfig) -> dict:
+    """Play rounds onto the stream until the trainer says it is done (or `rounds`)."""
+    from ludic_core.queue import SAWStream, connect
+
+    cfg.preflight()
+    endpoint = _endpoint(cfg.endpoint_block)
+    with redis_queue(cfg.redis_block, "", "", 0) as (url, password, key, backlog):
+        stream = SAWStream(connect(url, password=password), key=key, max_backlog=backlog)
+        stream.ensure_group()
+        actor = ActorSpec(env=cfg.env, agent=cfg.agent, algorithm=cfg.algorithm,
+                          requests_per_round=cfg.requests_per_round, schedule=cfg.schedule, url=url, key=key,
+                          max_backlog=backlog, policy_dir=None if endpoint else cfg.policy_dir, vllm=endpoint,
+                          tokenizer_path=cfg.tokenizer_path, local=cfg.local, max_seq_len=cfg.max_seq_len,
+                          password_env=KEY_ENV)
+        rounds: list[dict] = []
+        failed = keep_actors_busy(actor, stream, cfg.actors, lambda: stream.client.exists(f"{key}:done") > 0,
+                                  rounds, max_rounds=cfg.rounds)
+        stream.client.close()
+    out = {"rounds": len(rounds), "failed_rounds": failed, "items_produced": int(sum(r["added"] for r in rounds))}
+    get_run_logger().info("actor run done: %s", out)
+    return out
