@@ -69,7 +69,7 @@ def pipeline_trainer(cfg: PipelineTrainerConfig) -> dict:
     with redis_queue(cfg.redis_block, cfg.out_dir, "", 0) as (url, password, key, backlog):
         stream = SAWStream(connect(url, password=password), key=key, max_backlog=backlog)
         stream.ensure_group()
-        stream.client.delete(f"{key}:done")
+        stream.clear_done()
         policy_dir = None if endpoint else cfg.policy_dir
         if policy_dir and read_latest(policy_dir) is None:
             point_latest(policy_dir, cfg.model_path, 0)
@@ -78,10 +78,9 @@ def pipeline_trainer(cfg: PipelineTrainerConfig) -> dict:
                          data=StreamData(url=url, key=key, items_per_step=cfg.items_per_step, max_lag=cfg.max_lag,
                                          password_env=KEY_ENV),
                          publish_dir=policy_dir, vllm=endpoint, metrics_path=f"{cfg.out_dir}/metrics.jsonl")
-        stages = StageChain(base, cfg.steps, cfg.steps_per_stage)
-        while not stages.finished():
+        stages = StageChain(base, cfg.steps, cfg.steps_per_stage, stream)
+        while not stages.finished():  # then the stream is marked done: the actors stop
             time.sleep(0.2)
-        stream.client.set(f"{key}:done", cfg.steps)  # the actors stop after their current round
         final = latest_checkpoint(base.checkpoint_dir)
         report = queue_report(stream, final, [], 0, time.perf_counter() - start, base.metrics_path)
         stream.client.close()
@@ -132,7 +131,7 @@ def pipeline_actor(cfg: PipelineActorConfig) -> dict:
                           tokenizer_path=cfg.tokenizer_path, local=cfg.local, max_seq_len=cfg.max_seq_len,
                           password_env=KEY_ENV)
         rounds: list[dict] = []
-        failed = keep_actors_busy(actor, stream, cfg.actors, lambda: stream.client.exists(f"{key}:done") > 0,
+        failed = keep_actors_busy(actor, stream, cfg.actors, stream.is_done,
                                   rounds, max_rounds=cfg.rounds)
         stream.client.close()
     out = {"rounds": len(rounds), "failed_rounds": failed, "items_produced": int(sum(r["added"] for r in rounds))}

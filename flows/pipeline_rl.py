@@ -53,7 +53,10 @@ class PipelineRLConfig(FlowConfig):
     steps_per_stage: int = Field(10, ge=1)
     items_per_step: int = Field(256, ge=1, description="SAW items (model calls) per optimizer step")
     max_lag: int | None = Field(1, ge=0, description="drop items this many policy versions behind the trainer")
-    max_backlog: int = Field(2048, ge=1, description="actors wait while this many items are not yet read")
+    max_backlog: int | None = Field(
+        None, ge=0, description="actors wait while more than this many items are not yet read; None = "
+                                "items_per_step x (max_lag - 1): a round generated on top of more would reach "
+                                "the trainer stale (2048 without max_lag)")
     trainer: TrainerConfig = TrainerConfig(lr=1e-4, micro_token_budget=16384, max_seq_len=512)
     inference: Literal["local", "vllm"] = Field(
         "local", description="local = actors decode in-process from the published model directory; vllm = actors "
@@ -76,6 +79,13 @@ class PipelineRLConfig(FlowConfig):
 
         require_model_dir("model_path", self.model_path)
         check_env(self.env)
+
+    @property
+    def backlog(self) -> int:
+        """Items produced beyond this would be dropped as stale before the trainer reaches them."""
+        if self.max_backlog is not None:
+            return self.max_backlog
+        return 2048 if self.max_lag is None else self.items_per_step * max(self.max_lag - 1, 0)
 
 
 @contextmanager
@@ -138,10 +148,11 @@ def pipeline_rl(cfg: PipelineRLConfig) -> dict:
     start = time.perf_counter()
     serving = (vllm_inference(cfg.vllm, cfg.model_path, launcher="in_process", nproc=1)
                if cfg.inference == "vllm" else nullcontext((None, None)))
-    with serving as (endpoint, _), redis_queue(cfg.redis_block, cfg.out_dir, cfg.key, cfg.max_backlog) as (
+    with serving as (endpoint, _), redis_queue(cfg.redis_block, cfg.out_dir, cfg.key, cfg.backlog) as (
             url, password, key, backlog):
         stream = SAWStream(connect(url, password=password), key=key, max_backlog=backlog)
         stream.ensure_group()
+        stream.clear_done()
         policy_dir = None if endpoint else f"{cfg.out_dir}/policy"
         if policy_dir and read_latest(policy_dir) is None:
             point_latest(policy_dir, cfg.model_path, 0)
@@ -157,7 +168,7 @@ def pipeline_rl(cfg: PipelineRLConfig) -> dict:
                          publish_dir=policy_dir, vllm=endpoint, metrics_path=f"{cfg.out_dir}/metrics.jsonl",
                          local=cfg.local)
         rounds: list[dict] = []
-        stages = StageChain(base, cfg.steps, cfg.steps_per_stage)
+        stages = StageChain(base, cfg.steps, cfg.steps_per_stage, stream)
         failed_rounds = keep_actors_busy(actor, stream, cfg.actors, stages.finished, rounds)
         final = latest_checkpoint(base.checkpoint_dir)
         report = queue_report(stream, final, rounds, failed_rounds, time.perf_counter() - start, base.metrics_path)
@@ -176,10 +187,12 @@ def pipeline_rl(cfg: PipelineRLConfig) -> dict:
 class StageChain:
     """Training stages submitted one after another (each a retried task ending
     in a checkpoint), polled from the actors' loop so actors never wait for a
-    stage boundary. Stages whose checkpoint exists are skipped (a re-run resumes)."""
+    stage boundary. Stages whose checkpoint exists are skipped (a re-run resumes).
+    After the last one the stream is marked done, so waiting actors give up."""
 
-    def __init__(self, base: StageSpec, steps: int, steps_per_stage: int) -> None:
+    def __init__(self, base: StageSpec, steps: int, steps_per_stage: int, stream) -> None:
         self.base = base
+        self.stream = stream
         self.targets = list(range(steps_per_stage, steps, steps_per_stage)) + [steps]
         self.current = None
         self._next()
@@ -196,10 +209,13 @@ class StageChain:
             return
 
     def finished(self) -> bool:
-        """True once every stage is done; raises when one failed after its retries."""
+        """True once every stage is done (then the stream says so, and actors stop);
+        raises when one failed after its retries."""
         if self.current is not None and self.current.state.is_final():
             self.current.result()
             self._next()
+        if self.current is None:
+            self.stream.mark_done()
         return self.current is None
 
 
@@ -233,7 +249,7 @@ def queue_report(stream, final: Path | None, rounds: list[dict], failed_rounds: 
     return {
         "wall_s": round(wall_s, 1),
         "steps": len(steps),
-        "rounds": len(rounds),
+        "rounds": sum(1 for r in rounds if not r.get("stopped")),
         "failed_rounds": failed_rounds,
         "items_produced": stream.entries_added(),
         "items_trained": int(totals.get("trained", 0)),

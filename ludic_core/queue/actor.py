@@ -30,6 +30,8 @@ def actor_round(source: Any, stream: SAWStream, *, round_id: str, env: str, poli
     `RolloutBatchSource` on the current policy), put it on the stream as round
     `round_id`. Returns the round's counts and timings."""
     waited = stream.wait_for_room(timeout_s=wait_timeout_s)
+    if stream.is_done():  # training ended while this round waited: nothing would train its items
+        return {"items": 0.0, "added": 0.0, "wait_s": waited, "generate_s": 0.0, "stopped": 1.0}
     t0 = time.perf_counter()
     batch = source.next_batch()
     gen_s = time.perf_counter() - t0
@@ -53,7 +55,7 @@ class ActorSpec(FrozenModel):
     url: str = Field(description="the Redis server (redis://, rediss:// or unix://)")
     password_env: str = Field("LUDIC_REDIS_PASSWORD", description="environment variable holding the password")
     key: str = "ludic:saw"
-    max_backlog: int = Field(2048, ge=1, description="wait while the trainer is this many items behind")
+    max_backlog: int = Field(2048, ge=0, description="wait while more than this many items are unread")
     wait_timeout_s: float | None = Field(600.0, gt=0, description="give up waiting for room after this long")
     policy_dir: str | None = Field(None, description="where the trainer publishes its weights (DirectoryPublisher); "
                                                     "None with vllm")

@@ -85,10 +85,25 @@ class SAWStream:
         """Every entry ever appended to the stream (trimmed ones included)."""
         return int(self.client.xinfo_stream(self.key)["entries-added"])
 
+    @property
+    def done_key(self) -> str:
+        return f"{self.key}:done"
+
+    def mark_done(self) -> None:
+        """Training is over: actors stop (waiting ones give up their round)."""
+        self.client.set(self.done_key, 1)
+
+    def clear_done(self) -> None:
+        self.client.delete(self.done_key)
+
+    def is_done(self) -> bool:
+        return bool(self.client.exists(self.done_key))
+
     def wait_for_room(self, *, poll_s: float = 0.2, timeout_s: float | None = None) -> float:
-        """Block while the backlog exceeds `max_backlog`; return the seconds waited."""
+        """Block while the backlog exceeds `max_backlog` and training is not over
+        (`mark_done`); return the seconds waited."""
         start = time.monotonic()
-        while self.backlog() > self.max_backlog:
+        while self.backlog() > self.max_backlog and not self.is_done():
             if timeout_s is not None and time.monotonic() - start > timeout_s:
                 raise TimeoutError(f"stream {self.key!r}: backlog above {self.max_backlog} for {timeout_s:.0f} s "
                                    "(is the trainer running?)")

@@ -100,6 +100,25 @@ def test_backpressure_and_trimming_never_drop_unconsumed_items(client):
     assert ids(src.next_batch()) == ["item-3", "item-4", "item-5"]
 
 
+def test_a_done_stream_releases_waiting_actors(client):
+    from ludic_core.queue import actor_round
+
+    stream = SAWStream(client, key="t:done", max_backlog=1)
+    stream.ensure_group()
+    stream.put_round("a", entries(3))
+    stream.mark_done()  # the trainer finished while an actor waited for room
+    assert stream.wait_for_room(poll_s=0.01, timeout_s=5) < 1
+
+    class NoDraw:
+        def next_batch(self):
+            raise AssertionError("a round after the end must not generate")
+
+    out = actor_round(NoDraw(), stream, round_id="late", env="e", policy_version=0)
+    assert (out["stopped"], out["added"]) == (1.0, 0.0) and client.xlen("t:done") == 3
+    stream.clear_done()
+    assert not stream.is_done()
+
+
 def test_wrong_password_is_a_clear_error(redis_server):
     from redis.exceptions import AuthenticationError
 
