@@ -71,8 +71,32 @@ _DRAWS_PER_ROUND = 64  # seed blocks reserved per round (dynamic sampling draws 
 
 
 def run_actor_round(spec: ActorSpec, round_index: int) -> dict[str, float]:
-    """Load the newest published policy, play one round, put it on the stream
-    as round `round_index` (retrying the same index writes nothing twice)."""
+    """Wait for room on the stream, load the newest published policy, play one
+    round, put it on the stream as round `round_index` (retrying the same index
+    writes nothing twice). A round that finds training over plays nothing."""
+    import os
+
+    from ludic_core.queue.stream import connect
+
+    stream = SAWStream(connect(spec.url, password=os.environ.get(spec.password_env) or None), key=spec.key,
+                       max_backlog=spec.max_backlog)
+    try:
+        stream.ensure_group()
+        # wait before loading the policy: a round generated from weights loaded before a long wait would be stale
+        waited = stream.wait_for_room(timeout_s=spec.wait_timeout_s)
+        if stream.is_done():
+            return {"items": 0.0, "added": 0.0, "wait_s": waited, "generate_s": 0.0, "stopped": 1.0,
+                    "round": float(round_index)}
+        source, version, fingerprint = _source(spec, round_index)
+        out = actor_round(source, stream, round_id=f"round-{round_index}", env=spec.env.name,
+                          policy_version=version, tokenizer=fingerprint, wait_timeout_s=spec.wait_timeout_s)
+    finally:
+        stream.client.close()
+    return {**out, "wait_s": out["wait_s"] + waited, "policy_version": float(version), "round": float(round_index)}
+
+
+def _source(spec: ActorSpec, round_index: int) -> tuple[Any, int, str | None]:
+    """A `RolloutBatchSource` on the newest policy: (source, its version, tokenizer fingerprint)."""
     import os
 
     from ludic_core.algorithms import build_algorithm
@@ -80,7 +104,6 @@ def run_actor_round(spec: ActorSpec, round_index: int) -> dict[str, float]:
     from ludic_core.inference import LocalChatClient
     from ludic_core.models import tokenizer_fingerprint
     from ludic_core.publish.directory import read_latest
-    from ludic_core.queue.stream import connect
     from ludic_core.recipes.build import build_engine, episode_requests
     from ludic_core.rollout import GRPORequestStrategy, IdentityStrategy
     from ludic_core.training.stage_spec import group_size_of
@@ -108,16 +131,7 @@ def run_actor_round(spec: ActorSpec, round_index: int) -> dict[str, float]:
         algorithm, max_steps=spec.agent.max_turns,
         strategy=GRPORequestStrategy(group, seed=spec.schedule.start + round_index) if group > 1 else IdentityStrategy(),
         max_seq_len=spec.max_seq_len)
-    stream = SAWStream(connect(spec.url, password=os.environ.get(spec.password_env) or None), key=spec.key,
-                       max_backlog=spec.max_backlog)
-    try:
-        stream.ensure_group()
-        out = actor_round(source, stream, round_id=f"round-{round_index}", env=spec.env.name,
-                          policy_version=version, tokenizer=fingerprint,
-                          wait_timeout_s=spec.wait_timeout_s)
-    finally:
-        stream.client.close()
-    return {**out, "policy_version": float(version), "round": float(round_index)}
+    return source, version, fingerprint
 
 
 def _fingerprint(tokenizer_path: str | None) -> str | None:
