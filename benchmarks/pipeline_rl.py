@@ -3,10 +3,11 @@
 Both start from the same SFT checkpoint with the same algorithm (GRPO, group
 8), rollout settings and learning rate, for the same number of steps. The
 synchronous run goes first; the pipeline then trains the same number of items
-per step (the synchronous run's mean), with `max_lag` 1 and 2 actor rounds in
-flight. Printed: wall time of each and their ratio, the pipeline's trainer
-idle fraction, items trained per second, stale drops, and X/O win+draw after
-the same number of steps (greedy).
+per step (the synchronous run's mean), with `max_lag` 1 and `--actors` rounds
+in flight (1: on 2 shared cores a second actor only produces stale items).
+Printed: wall time of each and their ratio, the pipeline's trainer idle
+fraction, items trained per second, stale drops, and X/O win+draw after the
+same number of steps (greedy).
 
     .venv/bin/python benchmarks/pipeline_rl.py --start MODEL_DIR [--steps 20] [--out runs/bench_pipeline]
 """
@@ -26,7 +27,7 @@ def main() -> None:
     ap.add_argument("--start", default="runs/demo/tic_tac_toe/sft/checkpoints/step_00000400/model",
                     help="SFT model dir (`ludic demo` makes this one)")
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--actors", type=int, default=2)
+    ap.add_argument("--actors", type=int, default=1)
     ap.add_argument("--out", default="runs/bench_pipeline")
     args = ap.parse_args()
 
