@@ -253,9 +253,9 @@ def queue_report(stream, final: Path | None, rounds: list[dict], failed_rounds: 
         "failed_rounds": failed_rounds,
         "items_produced": stream.entries_added(),
         "items_trained": int(totals.get("trained", 0)),
-        "stale_dropped": int(totals.get("stale_dropped", 0)),
-        "dead_lettered": int(totals.get("dead_lettered", 0)),
-        "left_in_stream": int(stream.backlog()),
+        "stale_dropped": stream.side_count(stream.dropped_key),
+        "dead_lettered": stream.side_count(stream.dead_key),
+        "left_in_stream": stream.backlog() + stream.pending(),  # unread, or read and not in a checkpoint
         "trainer_idle_s": round(idle, 1),
         "trainer_idle_frac": round(idle / max(wall_s, 1e-9), 3),
         "items_per_s": round(totals.get("trained", 0) / max(wall_s, 1e-9), 2),

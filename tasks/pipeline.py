@@ -13,6 +13,9 @@ def actor_round_task(spec: ActorSpec, round_index: int) -> dict[str, float]:
     """One round of rollouts -> credit -> the stream. A retry reuses the round
     index, so a round whose first attempt landed is not written twice."""
     out = run_actor_round(spec, round_index)
+    if out.get("stopped"):
+        get_run_logger().info("round %d: training is over, nothing played", round_index)
+        return out
     get_run_logger().info("round %d: %d items from policy v%d (%.1f s generating, %.1f s waiting for room)",
                           round_index, out["added"], out["policy_version"], out["generate_s"], out["wait_s"])
     return out

@@ -43,10 +43,11 @@ class LocalRedis:
             raise FileNotFoundError("redis-server is not installed (apt-get install redis-server), "
                                     "or name a running server (a RedisQueue block)")
         Path(self.directory).mkdir(parents=True, exist_ok=True)
+        _stop_orphan(Path(self.directory) / "redis.pid")
         self.proc = subprocess.Popen(
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--requirepass", self.password,
              "--dir", str(self.directory), "--save", "", "--appendonly", "yes" if self.appendonly else "no",
-             "--appendfsync", "always"],
+             "--appendfsync", "always", "--pidfile", str(Path(self.directory).resolve() / "redis.pid")],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -76,3 +77,31 @@ class LocalRedis:
                 self.proc.kill()
                 self.proc.wait()
             self.proc = None
+
+
+def _stop_orphan(pidfile: Path) -> None:
+    """A run killed with SIGKILL leaves its redis-server running on the same
+    append-only file; two servers on one file would corrupt it. Stop the old
+    one (only if the PID still runs redis-server) so the new one takes over."""
+    import os
+    import signal
+
+    try:
+        pid = int(pidfile.read_text().strip())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return
+    if b"redis-server" not in cmdline:
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _running(pid):
+        time.sleep(0.05)
+
+
+def _running(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "\nState:\tZ" not in status  # a zombie no one reaped has exited

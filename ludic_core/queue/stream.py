@@ -154,6 +154,19 @@ class SAWStream:
         self.client.xadd(self.dropped_key, {"source_id": entry_id, "item_id": item_id,
                                             "policy_version": version, "trainer_version": trainer_version})
 
+    def side_count(self, side_key: str) -> int:
+        """Distinct stream entries recorded in a side stream (`dead_key`,
+        `dropped_key`): the durable count, whatever a crashed trainer forgot; an
+        entry copied twice (crash between copy and ack) counts once."""
+        seen: set[bytes] = set()
+        start = "-"
+        while True:
+            chunk = self.client.xrange(side_key, min=start, max="+", count=1000)
+            seen.update(f[b"source_id"] for _, f in chunk)
+            if len(chunk) < 1000:
+                return len(seen)
+            start = "(" + _s(chunk[-1][0])
+
     def trim(self) -> int:
         """Drop entries older than the oldest one pending or not yet delivered."""
         summary = self.client.xpending(self.key, self.group)

@@ -97,3 +97,49 @@ def test_trainer_and_actor_as_separate_flows(prefect_api, format_tuned_model_dir
     # at the trainer's end its counts add up; the actor's last round may land after it
     assert trained["items_produced"] == trained["items_trained"] + trained["stale_dropped"] + trained["left_in_stream"]
     assert produced == actor_out["items_produced"] == 30 + trained["stale_dropped"] + left
+
+
+def test_a_killed_flow_run_resumes_and_trains_every_item_once(format_tuned_model_dir, tmp_path):
+    """SIGKILL the whole `ludic run pipeline_rl` process once stage 1 is
+    committed, run it again: the step counter continues from the checkpoint,
+    the orphaned redis-server is taken over (same append-only file), and the
+    checkpoints together hold every trained item exactly once."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    import yaml
+
+    from ludic_core.recipes.tic_tac_toe import RECIPE
+
+    run = tmp_path / "run"
+    cfg = {"model_path": str(format_tuned_model_dir), "out_dir": str(run), "env": RECIPE.env.model_dump(),
+           "agent": RECIPE.agent.model_dump(), "algorithm": {"type": "grpo", "group_size": 2},
+           "requests_per_round": 4, "actors": 1, "steps": 4, "steps_per_stage": 2, "items_per_step": 12,
+           "max_lag": 2, "trainer": {"lr": 1e-4, "max_seq_len": 512}, "eval_episodes": 0}
+    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg))
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    cmd = [sys.executable, "-m", "flows.cli", "run", "pipeline_rl", "--config", str(tmp_path / "cfg.yaml")]
+    first = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not (run / "checkpoints" / "step_00000002").is_dir():
+        assert first.poll() is None and time.monotonic() < deadline, "stage 1 never finished"
+        time.sleep(0.1)
+    first.send_signal(signal.SIGKILL)  # the flow run process dies; its redis-server lives on
+    first.wait()
+    orphan = int((run / "redis" / "redis.pid").read_text())
+
+    done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout[done.stdout.index("{"):])
+    assert out["steps"] == 4 and out["items_trained"] == 48 and out["dead_lettered"] == 0
+    windows = [json.loads((run / "checkpoints" / f"step_0000000{s}" / "trainer_state.json").read_text())
+               ["data"]["source"]["window"] for s in (2, 4)]
+    assert len(windows[0]) == len(windows[1]) == 24 and not set(windows[0]) & set(windows[1])
+    # nothing lost: every entry ever added is trained, dropped as stale, or still unread
+    assert out["items_produced"] == out["items_trained"] + out["stale_dropped"] + out["left_in_stream"]
+    assert not Path(f"/proc/{orphan}/cmdline").exists() or b"redis" not in Path(f"/proc/{orphan}/cmdline").read_bytes()
