@@ -143,3 +143,47 @@ def test_a_killed_flow_run_resumes_and_trains_every_item_once(format_tuned_model
     # nothing lost: every entry ever added is trained, dropped as stale, or still unread
     assert out["items_produced"] == out["items_trained"] + out["stale_dropped"] + out["left_in_stream"]
     assert not Path(f"/proc/{orphan}/cmdline").exists() or b"redis" not in Path(f"/proc/{orphan}/cmdline").read_bytes()
+
+
+def test_redis_killed_mid_run_is_ridden_out(prefect_api, format_tuned_model_dir, tmp_path):
+    """kill -9 the RedisQueue block's server while actors and the trainer use it,
+    start it again 1 s later on the same append-only file: everyone backs off,
+    reconnects and goes on; the run completes with its counts adding up."""
+    import threading
+    import time
+
+    from blocks import RedisQueue
+    from flows.pipeline_rl import PipelineRLConfig, pipeline_rl
+    from ludic_core.config import GRPOConfig, TrainerConfig
+    from ludic_core.queue.redis_server import LocalRedis
+    from ludic_core.recipes.tic_tac_toe import RECIPE
+
+    server = LocalRedis(tmp_path / "redis").start()
+    RedisQueue(url=server.url, password=server.password, key="crash:saw", max_len=24).save("crash-test",
+                                                                                          overwrite=True)
+    run = tmp_path / "run"
+    killed = threading.Event()
+
+    def crash_once_training_is_under_way():
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not (run / "metrics.jsonl").exists():
+            time.sleep(0.05)
+        server.kill()
+        killed.set()
+        time.sleep(1.0)
+        server.start()
+
+    crasher = threading.Thread(target=crash_once_training_is_under_way, daemon=True)
+    crasher.start()
+    try:
+        out = pipeline_rl(PipelineRLConfig(
+            model_path=str(format_tuned_model_dir), out_dir=str(run), env=RECIPE.env, agent=RECIPE.agent,
+            algorithm=GRPOConfig(group_size=2), requests_per_round=4, actors=1, steps=4, steps_per_stage=2,
+            items_per_step=12, max_lag=None, trainer=TrainerConfig(lr=1e-4, max_seq_len=512), eval_episodes=0,
+            redis_block="crash-test"))
+        crasher.join(timeout=30)
+    finally:
+        server.kill()
+    assert killed.is_set(), "the run ended before redis could be killed"
+    assert out["steps"] == 4 and out["items_trained"] == 48 and out["failed_rounds"] == 0
+    assert out["items_produced"] == out["items_trained"] + out["stale_dropped"] + out["left_in_stream"]
