@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
-__all__ = ["load_model_and_tokenizer"]
+__all__ = ["load_model_and_tokenizer", "MODEL_INIT_LOCK"]
+
+#: transformers' `from_pretrained` disables weight init and tying by patching
+#: class methods and torch functions for the whole process, then restores what
+#: it saw. Two threads loading at once (pipeline actors and a trainer stage)
+#: can restore each other's no-ops, leaving every later model untied and
+#: uninitialised. Every model load or build in this process holds this lock.
+MODEL_INIT_LOCK = threading.RLock()
 
 
 def load_model_and_tokenizer(
@@ -29,6 +37,8 @@ def load_model_and_tokenizer(
         tok.pad_token = tok.eos_token
     if tok.chat_template is None:
         raise ValueError(f"tokenizer at {path} has no chat template; agents need one")
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype).to(target)
+    with MODEL_INIT_LOCK:
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype)
+    model = model.to(target)
     model.eval()
     return model, tok

@@ -17,6 +17,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ludic_core.models.loading import MODEL_INIT_LOCK
+
 __all__ = ["TinyPreset", "PRESETS", "build_tiny_model", "build_byte_tokenizer", "CHAT_TEMPLATE"]
 
 SPECIAL_TOKENS = ("<|pad|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>")
@@ -141,7 +143,8 @@ def build_tiny_model(
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = LlamaForCausalLM(config)
+        with MODEL_INIT_LOCK:  # not while another thread's from_pretrained has init patched out
+            model = LlamaForCausalLM(config)
     model.generation_config.eos_token_id = tok.eos_token_id
     model.generation_config.pad_token_id = tok.pad_token_id
     out.mkdir(parents=True, exist_ok=True)
