@@ -12,7 +12,6 @@ too and SFT trains on them with no re-tokenisation. Saved with
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from pathlib import Path
 from typing import Any, Sequence
 

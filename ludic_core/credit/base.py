@@ -12,7 +12,7 @@ from typing import Protocol, Sequence, runtime_checkable
 
 from ludic_core.types import Rollout
 
-__all__ = ["CreditAssigner", "check_rewards"]
+__all__ = ["CreditAssigner", "check_group_params", "check_gamma", "check_rewards"]
 
 
 @runtime_checkable
@@ -30,3 +30,16 @@ def check_rewards(rollouts: Sequence[Rollout]) -> None:
                 raise ValueError(
                     f"rollout {r.id} step {s.index} has non-finite reward {s.reward!r}"
                 )
+
+
+def check_group_params(eps: float, expected_group_size: int | None) -> None:
+    """The shared checks of the group-relative assigners' parameters."""
+    if eps < 0:
+        raise ValueError(f"eps must be >= 0, got {eps}")
+    if expected_group_size is not None and expected_group_size < 2:
+        raise ValueError(f"expected_group_size must be >= 2, got {expected_group_size}")
+
+
+def check_gamma(gamma: float) -> None:
+    if not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma must be in [0, 1], got {gamma}")

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from ludic_core.credit.base import check_rewards
+from ludic_core.credit.base import check_group_params, check_rewards
 from ludic_core.credit.groups import group_indices
 from ludic_core.types import Rollout
 
@@ -31,10 +31,7 @@ class HybridNormalizedReturn:
     expected_group_size: int | None = None
 
     def __post_init__(self) -> None:
-        if self.eps < 0:
-            raise ValueError(f"eps must be >= 0, got {self.eps}")
-        if self.expected_group_size is not None and self.expected_group_size < 2:
-            raise ValueError(f"expected_group_size must be >= 2, got {self.expected_group_size}")
+        check_group_params(self.eps, self.expected_group_size)
 
     def compute(self, rollouts: Sequence[Rollout]) -> list[list[float]]:
         check_rewards(rollouts)

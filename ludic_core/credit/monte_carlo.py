@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from ludic_core.credit.base import check_rewards
+from ludic_core.credit.base import check_gamma, check_rewards
 from ludic_core.types import Rollout
 
 __all__ = ["MonteCarloReturn", "discounted_returns"]
@@ -33,8 +33,7 @@ class MonteCarloReturn:
     gamma: float = 1.0
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.gamma <= 1.0:
-            raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
+        check_gamma(self.gamma)
 
     def compute(self, rollouts: Sequence[Rollout]) -> list[list[float]]:
         check_rewards(rollouts)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from typing import Any, Callable, Mapping
 
 from ludic_core.batching.saw import SAWBatch, SAWItem
@@ -51,7 +52,7 @@ class StreamBatchSource:
         self.timeout_s = timeout_s
         self._window: dict[str, str] = {}  # item id -> entry id, read since the last commit
         self._committed: set[str] = set()  # item ids the restored checkpoint holds
-        self._backlog: list[tuple[str, Mapping[bytes, bytes]]] = []
+        self._backlog: deque[tuple[str, Mapping[bytes, bytes]]] = deque()
         self._reclaimed = False
         self.totals = {"trained": 0, "stale_dropped": 0, "dead_lettered": 0, "reclaimed": 0,
                        "skipped_committed": 0, "duplicates": 0, "wait_s": 0.0}
@@ -68,13 +69,13 @@ class StreamBatchSource:
         start = time.monotonic()
         while len(items) < self.items_per_step:
             if not self._backlog:
-                self._backlog = self.stream.read(self.items_per_step - len(items), block_ms=self.block_ms)
+                self._backlog = deque(self.stream.read(self.items_per_step - len(items), block_ms=self.block_ms))
                 if not self._backlog:
                     if self.timeout_s is not None and time.monotonic() - start > self.timeout_s:
                         raise TimeoutError(f"stream {self.stream.key!r}: {len(items)} of {self.items_per_step} "
                                            f"items after {self.timeout_s:.0f} s (are the actors running?)")
                     continue
-            entry_id, fields = self._backlog.pop(0)
+            entry_id, fields = self._backlog.popleft()
             item = self._accept(entry_id, fields, counts)
             if item is not None:
                 items.append(item)
