@@ -9,7 +9,7 @@ STAMP := $(VENV)/.ludic-installed
 VLLM_VENV ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.ludic-vllm.json
 
-.PHONY: demo test install vllm
+.PHONY: demo test test-heavy install vllm
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -29,3 +29,7 @@ vllm: $(VLLM_STAMP)
 
 test: $(STAMP) $(VLLM_STAMP)
 	$(PY) -m pytest
+
+# the long checks `make test` leaves out (marker `heavy`); .ci/run runs both
+test-heavy: $(STAMP) $(VLLM_STAMP)
+	$(PY) -m pytest -m heavy

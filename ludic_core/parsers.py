@@ -20,6 +20,7 @@ __all__ = [
     "xml_tag_parser",
     "think_prefix_parser",
     "boxed_parser",
+    "code_block_parser",
     "compose_parsers",
 ]
 
@@ -149,6 +150,33 @@ def boxed_parser(
         if not boxes or not boxes[-1]:
             return ParseResult(None, failure_penalty, obs)
         return ParseResult(boxes[-1], success_reward)
+
+    return parse
+
+
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
+
+
+def code_block_parser(
+    *,
+    language: str | None = "python",
+    success_reward: float = 0.0,
+    failure_penalty: float = -1.0,
+) -> Parser:
+    """Action = the last fenced code block (```python ... ```), as written.
+
+    A block tagged with another language is not taken; an untagged block is.
+    The code keeps its indentation: a function body and a whole module both
+    mean something to the code env.
+    """
+    obs = f"Invalid format: give the code in a ```{language or ''} fenced block."
+
+    def parse(text: str) -> ParseResult:
+        blocks = [body for lang, body in _FENCE.findall(text)
+                  if language is None or lang.lower() in ("", language.lower())]
+        if not blocks or not blocks[-1].strip():
+            return ParseResult(None, failure_penalty, obs)
+        return ParseResult(blocks[-1].rstrip() + "\n", success_reward)
 
     return parse
 

@@ -43,4 +43,6 @@ class LudicEnv(ABC):
 
     @abstractmethod
     def step(self, actions: dict[str, str]) -> dict[str, StepOutcome]:
-        """Apply the active agents' actions; return each affected agent's outcome."""
+        """Apply the active agents' actions; return each affected agent's outcome.
+        An env that waits on I/O (e.g. code in a sandbox) may define `step` as a
+        coroutine: the protocols await it, so it blocks only its own episode."""

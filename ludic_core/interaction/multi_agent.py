@@ -15,6 +15,7 @@ malformed reply should cost the game rather than buy another try.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from typing import Any
 
@@ -128,6 +129,8 @@ class MultiAgentProtocol:
             return None
         try:
             outcomes = env.step(actions)
+            if inspect.isawaitable(outcomes):  # an env that waits on I/O (a sandbox) steps as a coroutine
+                outcomes = await outcomes
         except Exception as exc:  # noqa: BLE001 - the episode is kept as failed
             log.warning("env.step failed at round %d: %r", t, exc)
             return f"env.step raised {exc!r} at round {t}"

@@ -36,11 +36,13 @@ BUNDLED: dict[str, dict[str, str]] = {
         "tic_tac_toe_duel": "ludic_core.envs.tic_tac_toe:TicTacToeDuelEnv",
         "arithmetic": "ludic_core.envs.arithmetic:ArithmeticEnv",
         "dataset_qa": "ludic_core.envs.dataset_file:dataset_qa_env",
+        "code_exec": "ludic_core.envs.code_exec.env:CodeExecEnv",
     },
     "policy": {
         "tic_tac_toe_minimax": "ludic_core.envs.tic_tac_toe:minimax_teacher",
         "tic_tac_toe_random": "ludic_core.envs.tic_tac_toe:random_player",
         "arithmetic_oracle": "ludic_core.envs.arithmetic:arithmetic_oracle",
+        "code_reference": "ludic_core.envs.code_exec.problems:reference_solver",
     },
     "tool": {},
     "parser": {
@@ -48,6 +50,7 @@ BUNDLED: dict[str, dict[str, str]] = {
         "xml_tag": "ludic_core.parsers:xml_tag_parser",
         "think_prefix": "ludic_core.parsers:think_prefix_parser",
         "boxed": "ludic_core.parsers:boxed_parser",
+        "code_block": "ludic_core.parsers:code_block_parser",
     },
     "context": {
         "full_dialog": "ludic_core.context:FullDialog",
