@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
+
+from pydantic import Field
 
 from ludic_core.frozen import FrozenModel
 
-__all__ = ["FlowConfig", "require_model_dir", "require_path"]
+__all__ = ["FlowConfig", "SlotConfig", "held", "require_model_dir", "require_path"]
 
 
 class FlowConfig(FrozenModel):
@@ -18,6 +22,40 @@ class FlowConfig(FrozenModel):
 
     def preflight(self) -> None:
         """Nothing to check by default."""
+
+
+class SlotConfig(FlowConfig):
+    """A flow that holds an accelerator (a model, a trainer, a server) while it runs."""
+
+    slot: str | None = Field(
+        None, description="a Prefect global concurrency limit this run holds from start to end, e.g. `gpu-0` "
+                          "(`prefect gcl create gpu-0 --limit 1`): runs naming the same slot wait for each other, "
+                          "so they never share its GPU or server ports; None = no slot")
+
+
+@contextmanager
+def held(slot: str | None) -> Iterator[None]:
+    """Hold one unit of the global concurrency limit `slot` (None: nothing).
+    A slot that does not exist is an error naming it, not a silent pass."""
+    if slot is None:
+        yield
+        return
+    from prefect import get_run_logger
+    from prefect.concurrency.sync import concurrency
+
+    log = get_run_logger()
+    log.info("waiting for slot %r", slot)
+    try:
+        ctx = concurrency(slot, occupy=1, strict=True)
+        ctx.__enter__()
+    except Exception as exc:
+        raise RuntimeError(f"slot {slot!r}: could not acquire it ({exc}); create it with "
+                           f"`prefect gcl create {slot} --limit 1`") from exc
+    log.info("holding slot %r", slot)
+    try:
+        yield
+    finally:
+        ctx.__exit__(None, None, None)
 
 
 def require_path(field: str, path: str, what: str = "file or directory") -> None:

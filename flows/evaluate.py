@@ -5,14 +5,14 @@ from __future__ import annotations
 from prefect import flow
 from pydantic import Field
 
-from flows.common import FlowConfig, require_model_dir
+from flows.common import SlotConfig, held, require_model_dir
 from flows.policies import PolicyConfig, served
 from ludic_core.recipes.configs import AgentConfig, EnvConfig
 from tasks.artifacts import table_artifact
 from tasks.evaluation import evaluate_policy
 
 
-class EvaluateConfig(FlowConfig):
+class EvaluateConfig(SlotConfig):
     policy: PolicyConfig = Field(description="model dir (in-process) | vLLM server | scripted policy (a baseline)")
     env: EnvConfig
     agent: AgentConfig = AgentConfig()
@@ -33,6 +33,11 @@ class EvaluateConfig(FlowConfig):
 
 @flow(name="evaluate")
 def evaluate(cfg: EvaluateConfig) -> dict[str, float]:
+    with held(cfg.slot):  # runs naming the same slot never overlap
+        return _evaluate(cfg)
+
+
+def _evaluate(cfg: EvaluateConfig) -> dict[str, float]:
     cfg.preflight()
     with served(cfg.policy) as (endpoint, key):
         metrics = evaluate_policy(cfg.policy, cfg.env, cfg.agent,

@@ -8,7 +8,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger
 from pydantic import Field
 
-from flows.common import FlowConfig, require_model_dir
+from flows.common import SlotConfig, held, require_model_dir
 from flows.policies import PolicyConfig, served
 from ludic_core.recipes.configs import AgentConfig, EnvConfig, SeedSchedule
 from ludic_core.rejection import KeepRule
@@ -16,7 +16,7 @@ from tasks.artifacts import table_artifact
 from tasks.rollouts import rejection_sample
 
 
-class RejectionSamplingConfig(FlowConfig):
+class RejectionSamplingConfig(SlotConfig):
     """A teacher's episodes through the student's agent stack, filtered by a keep rule."""
 
     env: EnvConfig
@@ -46,6 +46,11 @@ class RejectionSamplingConfig(FlowConfig):
 @flow(name="rejection_sampling")
 def rejection_sampling(cfg: RejectionSamplingConfig) -> str:
     """Returns the dataset path. Skipped when a finished dataset already exists."""
+    with held(cfg.slot):  # runs naming the same slot never overlap
+        return _rejection_sampling(cfg)
+
+
+def _rejection_sampling(cfg: RejectionSamplingConfig) -> str:
     done = Path(cfg.out_dir) / "done.json"
     if done.exists():
         result = json.loads(done.read_text())

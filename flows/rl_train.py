@@ -9,7 +9,7 @@ from typing import Literal
 from prefect import flow, get_run_logger
 from pydantic import Field, model_validator
 
-from flows.common import FlowConfig, require_model_dir
+from flows.common import SlotConfig, held, require_model_dir
 from flows.loggers import wandb_spec
 from flows.staging import run_stages
 from flows.vllm_inference import VLLMSettings, vllm_inference
@@ -22,7 +22,7 @@ from tasks.artifacts import learning_curve_artifact, table_artifact
 from tasks.evaluation import evaluate_policy
 
 
-class RLTrainConfig(FlowConfig):
+class RLTrainConfig(SlotConfig):
     model_path: str = Field(description="initial policy (e.g. the SFT model dir)")
     out_dir: str = Field("runs/rl", description="checkpoints and metrics")
     env: EnvConfig
@@ -65,6 +65,11 @@ class RLTrainConfig(FlowConfig):
 def rl_train(cfg: RLTrainConfig) -> str:
     """Returns the final checkpoint's model directory. Evaluation runs in-process
     on each stage's checkpoint, whichever inference the rollouts use."""
+    with held(cfg.slot):  # runs naming the same slot never overlap
+        return _rl_train(cfg)
+
+
+def _rl_train(cfg: RLTrainConfig) -> str:
     cfg.preflight()
     serving = (vllm_inference(cfg.vllm, cfg.model_path, launcher=cfg.launcher, nproc=cfg.nproc)
                if cfg.inference == "vllm" else nullcontext((None, None)))

@@ -7,7 +7,7 @@ from typing import Literal
 from prefect import flow
 from pydantic import Field
 
-from flows.common import FlowConfig, require_model_dir, require_path
+from flows.common import SlotConfig, held, require_model_dir, require_path
 from flows.loggers import wandb_spec
 from flows.staging import run_stages
 from ludic_core.config import SFTConfig, TrainerConfig
@@ -15,7 +15,7 @@ from ludic_core.training.stage import DatasetData, StageSpec
 from tasks.artifacts import learning_curve_artifact
 
 
-class SFTFlowConfig(FlowConfig):
+class SFTFlowConfig(SlotConfig):
     model_path: str = Field(description="initial weights (HF model dir)")
     dataset_path: str = Field(description="a rejection_sampling dataset, any `datasets` directory or a .jsonl file "
                                           "with chat `messages` (loss on assistant turns)")
@@ -41,6 +41,11 @@ class SFTFlowConfig(FlowConfig):
 @flow(name="sft")
 def sft(cfg: SFTFlowConfig) -> str:
     """Returns the final checkpoint's model directory."""
+    with held(cfg.slot):  # runs naming the same slot never overlap
+        return _sft(cfg)
+
+
+def _sft(cfg: SFTFlowConfig) -> str:
     cfg.preflight()
     spec = StageSpec(model_path=cfg.model_path, checkpoint_dir=f"{cfg.out_dir}/checkpoints",
                      algorithm=SFTConfig(), trainer=cfg.trainer, until_step=cfg.steps,
