@@ -26,6 +26,7 @@ import secrets
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -190,6 +191,17 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
+def wait_for_health(base_url: str, timeout_s: float, pause_s: float = 1.0) -> float:
+    """Block until the server at `base_url` (its OpenAI root, `.../v1`) answers
+    /health, e.g. while its owner restarts it; returns the seconds waited."""
+    root, start = base_url.rstrip("/").removesuffix("/v1"), time.monotonic()
+    while not _health_ok(root, min(5.0, timeout_s)):
+        if time.monotonic() - start > timeout_s:
+            raise TimeoutError(f"the vLLM server at {base_url} did not answer /health within {timeout_s:.0f} s")
+        time.sleep(pause_s)
+    return time.monotonic() - start
+
+
 def _health_ok(root_url: str, timeout_s: float) -> bool:
     try:
         with urllib.request.urlopen(f"{root_url}/health", timeout=timeout_s) as resp:
@@ -241,6 +253,20 @@ def stop_server_pid(pid: int, *, timeout_s: float = 20.0) -> bool:
     return True
 
 
+# Exec'd in front of the server: it gets SIGTERM (and shuts its engine down) when
+# the process that started it dies, however it dies (a cancelled or SIGKILLed
+# flow run), instead of holding its GPU and port for ever. The signal survives
+# the exec into vLLM's interpreter.
+_WITH_PARENT = """\
+import ctypes, os, signal, sys
+parent = os.getppid()
+ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)
+if os.getppid() != parent:
+    sys.exit(1)
+os.execvp(sys.argv[1], sys.argv[1:])
+"""
+
+
 def start_vllm_server(model_path: str | Path, cfg: VLLMServerConfig | None = None, *,
                       api_key: str | None = None) -> tuple[VLLMServer, str]:
     """Start a server and wait until /health answers; returns (server, api_key).
@@ -267,9 +293,9 @@ def start_vllm_server(model_path: str | Path, cfg: VLLMServerConfig | None = Non
     env = {**os.environ, **extra_env, "VLLM_API_KEY": api_key}
     env.pop("VIRTUAL_ENV", None)
     start = time.perf_counter()
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, start_new_session=True)
+    with open(log_path, "ab") as log:  # own session: stopped by process group; ends with us (_WITH_PARENT)
+        proc = subprocess.Popen([sys.executable, "-c", _WITH_PARENT, *cmd], stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
     server = VLLMServer(proc.pid, cfg.host, port, str(log_path), cfg.served_model_name, build, process=proc)
     deadline = time.monotonic() + cfg.startup_timeout_s
     try:
