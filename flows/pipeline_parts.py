@@ -8,13 +8,15 @@ directory both can read. Scale out by running more `pipeline_actor` runs.
 from __future__ import annotations
 
 import time
+from typing import Literal
 
 from prefect import flow, get_run_logger
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field, model_validator
 
-from flows.common import FlowConfig, require_model_dir
-from flows.pipeline_rl import KEY_ENV, StageChain, keep_actors_busy, queue_report, redis_queue
+from flows.common import FlowConfig, SlotConfig, held, require_model_dir
+from flows.pipeline_rl import (KEY_ENV, ActorLaunch, StageChain, actor_pool, keep_actors_busy, queue_report,
+                               redis_queue)
 from ludic_core.config import AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig
 from ludic_core.queue.actor import ActorSpec
 from ludic_core.recipes.configs import AgentConfig, EnvConfig, SeedSchedule
@@ -39,7 +41,7 @@ def _endpoint(block: str | None) -> VLLMEndpoint | None:
     return VLLMEndpoint(base_url=ep["base_url"], model=ep["model"], api_key_env=VLLM_KEY_ENV)
 
 
-class PipelineTrainerConfig(FlowConfig):
+class PipelineTrainerConfig(SlotConfig):
     model_path: str = Field(description="initial policy (e.g. the SFT model dir)")
     out_dir: str = Field("runs/pipeline_trainer", description="checkpoints and metrics")
     redis_block: str = Field(description="name of the RedisQueue block the actors write to")
@@ -49,6 +51,9 @@ class PipelineTrainerConfig(FlowConfig):
     items_per_step: int = Field(256, ge=1)
     max_lag: int | None = Field(1, ge=0)
     trainer: TrainerConfig = TrainerConfig(lr=1e-4, micro_token_budget=16384, max_seq_len=512)
+    launcher: Literal["in_process", "torchrun"] = Field(
+        "in_process", description="torchrun: each stage trains on `nproc` ranks (rank 0 reads the stream)")
+    nproc: int = Field(2, ge=1, description="ranks per stage under torchrun")
     endpoint_block: str | None = Field(None, description=_ENDPOINT)
     policy_dir: str = Field("runs/pipeline_trainer/policy", description="where to publish weights without a "
                                                                         "server (a directory the actors can read)")
@@ -60,6 +65,11 @@ class PipelineTrainerConfig(FlowConfig):
 @flow(name="pipeline_trainer")
 def pipeline_trainer(cfg: PipelineTrainerConfig) -> dict:
     """Train on what the actors put on the stream; tell them when done."""
+    with held(cfg.slot):  # runs naming the same slot never overlap
+        return _pipeline_trainer(cfg)
+
+
+def _pipeline_trainer(cfg: PipelineTrainerConfig) -> dict:
     from ludic_core.publish.directory import point_latest, read_latest
     from ludic_core.queue import SAWStream, connect
 
@@ -78,7 +88,7 @@ def pipeline_trainer(cfg: PipelineTrainerConfig) -> dict:
                          data=StreamData(url=url, key=key, items_per_step=cfg.items_per_step, max_lag=cfg.max_lag,
                                          password_env=KEY_ENV),
                          publish_dir=policy_dir, vllm=endpoint, metrics_path=f"{cfg.out_dir}/metrics.jsonl")
-        stages = StageChain(base, cfg.steps, cfg.steps_per_stage, stream)
+        stages = StageChain(base, cfg.steps, cfg.steps_per_stage, stream, launcher=cfg.launcher, nproc=cfg.nproc)
         while not stages.finished():  # then the stream is marked done: the actors stop
             time.sleep(0.2)
         final = latest_checkpoint(base.checkpoint_dir)
@@ -97,6 +107,7 @@ class PipelineActorConfig(FlowConfig):
     requests_per_round: int = Field(8, ge=1)
     schedule: SeedSchedule = SeedSchedule(start=1_000)
     actors: int = Field(2, ge=1, description="rounds in flight at once in this flow run")
+    actor_launch: ActorLaunch = ActorLaunch()
     rounds: int | None = Field(None, ge=1, description="stop after this many rounds; None = until the trainer is done")
     endpoint_block: str | None = Field(None, description=_ENDPOINT)
     tokenizer_path: str | None = Field(None, description="with a server: its model's dir (stamps the tokenizer)")
@@ -131,8 +142,9 @@ def pipeline_actor(cfg: PipelineActorConfig) -> dict:
                           tokenizer_path=cfg.tokenizer_path, local=cfg.local, max_seq_len=cfg.max_seq_len,
                           password_env=KEY_ENV)
         rounds: list[dict] = []
-        failed = keep_actors_busy(actor, stream, cfg.actors, stream.is_done,
-                                  rounds, max_rounds=cfg.rounds)
+        with actor_pool(cfg.actor_launch, cfg.actors) as pool:
+            failed = keep_actors_busy(actor, stream, cfg.actors, stream.is_done, rounds, max_rounds=cfg.rounds,
+                                      pool=pool)
         stream.client.close()
     out = {"rounds": len(rounds), "failed_rounds": failed, "items_produced": int(sum(r["added"] for r in rounds))}
     get_run_logger().info("actor run done: %s", out)

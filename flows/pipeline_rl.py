@@ -12,20 +12,23 @@ Items more than `max_lag` versions behind the trainer are dropped and counted.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Iterator, Literal
+from typing import Any, Callable, Iterator, Literal
 
 from prefect import flow, get_run_logger
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field, model_validator
 
-from flows.common import FlowConfig, require_model_dir
+from flows.common import SlotConfig, held, require_model_dir
 from flows.vllm_inference import VLLMSettings, vllm_inference
 from ludic_core.config import AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig
+from ludic_core.frozen import FrozenModel
 from ludic_core.queue.actor import ActorSpec
 from ludic_core.recipes.configs import AgentConfig, EnvConfig, SeedSchedule
 from ludic_core.recipes.policy import ModelPolicy
@@ -39,7 +42,30 @@ from tasks.training import train_stage
 KEY_ENV = "LUDIC_REDIS_PASSWORD"
 
 
-class PipelineRLConfig(FlowConfig):
+class ActorLaunch(FrozenModel):
+    """Where actor rounds run. Threads share the flow's process (and its GIL)
+    with the training stage; worker processes decode beside it for real."""
+
+    mode: Literal["thread", "process"] = Field(
+        "thread", description="thread = in the flow run's process; process = one long-lived worker process per "
+                              "actor (a SIGKILLed worker fails its round, which is retried in a fresh one)")
+    threads: int = Field(1, ge=1, description="torch threads per worker process (mode process)")
+
+
+@contextmanager
+def actor_pool(launch: ActorLaunch, actors: int) -> Iterator[str | None]:
+    """The name of this run's actor process pool (closed on exit), or None for threads."""
+    if launch.mode == "thread":
+        yield None
+        return
+    from ludic_core.queue.actor_pool import ActorPool, registered
+
+    with registered(ActorPool(actors, threads=launch.threads)) as pool:
+        get_run_logger().info("actor rounds run in %d worker processes (%s)", actors, pool.name)
+        yield pool.name
+
+
+class PipelineRLConfig(SlotConfig):
     model_path: str = Field(description="initial policy (e.g. the SFT model dir)")
     out_dir: str = Field("runs/pipeline_rl", description="checkpoints, published policies, metrics, local Redis")
     env: EnvConfig
@@ -49,6 +75,7 @@ class PipelineRLConfig(FlowConfig):
     requests_per_round: int = Field(8, ge=1, description="prompts per actor round")
     schedule: SeedSchedule = Field(SeedSchedule(start=1_000), description="env seeds; each round plays its own")
     actors: int = Field(2, ge=1, description="actor rounds in flight at once")
+    actor_launch: ActorLaunch = ActorLaunch()
     steps: int = Field(20, ge=1)
     steps_per_stage: int = Field(10, ge=1)
     items_per_step: int = Field(256, ge=1, description="SAW items (model calls) per optimizer step")
@@ -58,6 +85,9 @@ class PipelineRLConfig(FlowConfig):
                                 "items_per_step x (max_lag - 1): a round generated on top of more would reach "
                                 "the trainer stale (2048 without max_lag)")
     trainer: TrainerConfig = TrainerConfig(lr=1e-4, micro_token_budget=16384, max_seq_len=512)
+    launcher: Literal["in_process", "torchrun"] = Field(
+        "in_process", description="torchrun: each stage trains on `nproc` ranks (rank 0 reads the stream)")
+    nproc: int = Field(2, ge=1, description="ranks per stage under torchrun")
     inference: Literal["local", "vllm"] = Field(
         "local", description="local = actors decode in-process from the published model directory; vllm = actors "
                              "roll out through a vLLM server the stages push their weights into, see `vllm`")
@@ -115,17 +145,18 @@ def redis_queue(block: str | None, out_dir: str, key: str, max_backlog: int) -> 
 
 
 def keep_actors_busy(actor: ActorSpec, stream, n: int, until, rounds: list[dict], *,
-                     max_rounds: int | None = None) -> int:
+                     max_rounds: int | None = None, pool: str | None = None) -> int:
     """Keep `n` actor rounds in flight until `until()` (or `max_rounds` were
     started), then let the running ones land. Round indices come from a Redis
-    counter shared by every actor flow on the stream. Returns failed rounds."""
+    counter shared by every actor flow on the stream; rounds run in the worker
+    processes of actor `pool` when one is named. Returns failed rounds."""
     in_flight: dict = {}
     started = failed = 0
     try:
         while not until():
             while len(in_flight) < n and (max_rounds is None or started < max_rounds):
                 index = int(stream.client.incr(f"{stream.key}:rounds"))
-                in_flight[actor_round_task.submit(actor, index)] = index
+                in_flight[actor_round_task.submit(actor, index, pool)] = index
                 started += 1
             if not in_flight:
                 break
@@ -141,14 +172,19 @@ def keep_actors_busy(actor: ActorSpec, stream, n: int, until, rounds: list[dict]
 @flow(name="pipeline_rl", task_runner=ThreadPoolTaskRunner(max_workers=16))
 def pipeline_rl(cfg: PipelineRLConfig) -> dict:
     """Returns the final model directory and the run's queue counts."""
+    with held(cfg.slot):  # runs naming the same slot never overlap
+        return _pipeline_rl(cfg)
+
+
+def _pipeline_rl(cfg: PipelineRLConfig) -> dict:
     from ludic_core.publish.directory import point_latest, read_latest
     from ludic_core.queue import SAWStream, connect
 
     cfg.preflight()
     start = time.perf_counter()
-    serving = (vllm_inference(cfg.vllm, cfg.model_path, launcher="in_process", nproc=1)
+    serving = (vllm_inference(cfg.vllm, cfg.model_path, launcher=cfg.launcher, nproc=cfg.nproc)
                if cfg.inference == "vllm" else nullcontext((None, None)))
-    with serving as (endpoint, _), redis_queue(cfg.redis_block, cfg.out_dir, cfg.key, cfg.backlog) as (
+    with serving as (endpoint, run_one), redis_queue(cfg.redis_block, cfg.out_dir, cfg.key, cfg.backlog) as (
             url, password, key, backlog):
         stream = SAWStream(connect(url, password=password), key=key, max_backlog=backlog)
         stream.ensure_group()
@@ -168,8 +204,10 @@ def pipeline_rl(cfg: PipelineRLConfig) -> dict:
                          publish_dir=policy_dir, vllm=endpoint, metrics_path=f"{cfg.out_dir}/metrics.jsonl",
                          local=cfg.local)
         rounds: list[dict] = []
-        stages = StageChain(base, cfg.steps, cfg.steps_per_stage, stream)
-        failed_rounds = keep_actors_busy(actor, stream, cfg.actors, stages.finished, rounds)
+        stages = StageChain(base, cfg.steps, cfg.steps_per_stage, stream, run_one=run_one, launcher=cfg.launcher,
+                            nproc=cfg.nproc)
+        with actor_pool(cfg.actor_launch, cfg.actors) as pool:
+            failed_rounds = keep_actors_busy(actor, stream, cfg.actors, stages.finished, rounds, pool=pool)
         final = latest_checkpoint(base.checkpoint_dir)
         report = queue_report(stream, final, rounds, failed_rounds, time.perf_counter() - start, base.metrics_path)
         stream.client.close()
@@ -188,13 +226,20 @@ class StageChain:
     """Training stages submitted one after another (each a retried task ending
     in a checkpoint), polled from the actors' loop so actors never wait for a
     stage boundary. Stages whose checkpoint exists are skipped (a re-run resumes).
+    With `run_one` (vllm_inference's: it restarts a dead server between
+    attempts) a stage runs through it in a thread of this flow run instead.
     After the last one the stream is marked done, so waiting actors give up."""
 
-    def __init__(self, base: StageSpec, steps: int, steps_per_stage: int, stream) -> None:
+    def __init__(self, base: StageSpec, steps: int, steps_per_stage: int, stream,
+                 run_one: Callable[[StageSpec], dict] | None = None, launcher: str = "in_process",
+                 nproc: int = 1) -> None:
         self.base = base
+        self.launcher, self.nproc = launcher, nproc
         self.stream = stream
+        self.run_one = run_one
         self.targets = list(range(steps_per_stage, steps, steps_per_stage)) + [steps]
-        self.current = None
+        self.current: Any = None
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stage") if run_one else None
         self._next()
 
     def _next(self) -> None:
@@ -205,17 +250,23 @@ class StageChain:
             if done >= target:
                 get_run_logger().info("stage up to step %d already done (checkpoint at %d), skipped", target, done)
                 continue
-            self.current = train_stage.submit(self.base.model_copy(update={"until_step": target}))
+            spec = self.base.model_copy(update={"until_step": target})
+            if self._pool is None:
+                self.current = train_stage.submit(spec, launcher=self.launcher, nproc=self.nproc)
+            else:  # the flow run's context travels with it, so its task runs belong to this flow run
+                self.current = self._pool.submit(contextvars.copy_context().run, self.run_one, spec)
             return
 
     def finished(self) -> bool:
         """True once every stage is done (then the stream says so, and actors stop);
         raises when one failed after its retries."""
-        if self.current is not None and self.current.state.is_final():
+        if self.current is not None and (self.current.done() if self._pool else self.current.state.is_final()):
             self.current.result()
             self._next()
         if self.current is None:
             self.stream.mark_done()
+            if self._pool is not None:
+                self._pool.shutdown()
         return self.current is None
 
 

@@ -110,7 +110,10 @@ def _source(spec: ActorSpec, round_index: int) -> tuple[Any, int, str | None]:
 
     if spec.vllm is not None:
         from ludic_core.inference.vllm_client import VLLMChatClient
+        from ludic_core.inference.vllm_server import wait_for_health
 
+        # the server may be restarting (its owner replaces a dead one): wait rather than burn this round's retries
+        wait_for_health(spec.vllm.base_url, spec.wait_timeout_s or 600.0)
         # every completion is stamped with the server's weight version, whatever was pushed meanwhile
         client: Any = VLLMChatClient(spec.vllm.base_url, model=spec.vllm.model,
                                      api_key=os.environ.get(spec.vllm.api_key_env) or None)

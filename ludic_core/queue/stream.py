@@ -82,7 +82,9 @@ class SAWStream:
         return int(self.client.xlen(self.key))
 
     def entries_added(self) -> int:
-        """Every entry ever appended to the stream (trimmed ones included)."""
+        """Every entry ever appended to the stream (trimmed ones included); 0 before the stream exists."""
+        if not self.client.exists(self.key):
+            return 0
         return int(self.client.xinfo_stream(self.key)["entries-added"])
 
     @property

@@ -10,6 +10,7 @@ SIGKILL) resumes from the last checkpoint instead of step 0.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -47,9 +48,6 @@ def run_stage(spec: StageSpec, *, loggers: list | None = None) -> dict[str, Any]
     from ludic_core.training.trainer import Trainer
 
     ctx = init_distributed(spec.trainer.device)
-    if isinstance(spec.data, StreamData) and ctx.world_size > 1:
-        raise NotImplementedError(f"stream data trains in one process for now (the checkpoint records one "
-                                  f"reader's items); got {ctx.world_size} ranks: use launcher in_process or nproc 1")
     latest = latest_checkpoint(spec.checkpoint_dir)
     # Rollouts are generated from the newest weights: the latest checkpoint's, else the initial model.
     serve_from = str(latest / "model") if latest else spec.model_path
@@ -62,7 +60,12 @@ def run_stage(spec: StageSpec, *, loggers: list | None = None) -> dict[str, Any]
         publisher = publisher_only(spec)
     all_loggers = _loggers(spec, ctx.is_main, loggers)
     try:
-        source = batch_source(spec, algorithm, tok, client)
+        if isinstance(spec.data, StreamData) and ctx.world_size > 1:
+            from ludic_core.queue.broadcast import BroadcastSource  # one reader: rank 0
+
+            source: Any = BroadcastSource(batch_source(spec, algorithm, tok, client) if ctx.is_main else None, ctx)
+        else:
+            source = batch_source(spec, algorithm, tok, client)
         trainer = Trainer(model, algorithm, source, spec.trainer, tokenizer=tok,
                           publisher=publisher, loggers=all_loggers, checkpoint_dir=spec.checkpoint_dir, ctx=ctx)
         if hasattr(source, "trainer_version"):  # a stream source drops items by the trainer's version
@@ -92,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     from ludic_core.training.distributed import cleanup, init_distributed
 
     args = list(sys.argv[1:] if argv is None else argv)
+    if "LOCAL_RANK" in os.environ:
+        _die_with_parent()
     if not args:
         print("usage: python -m ludic_core.training.stage SPEC.json [RESULT.json]", file=sys.stderr)
         return 2
@@ -103,6 +108,22 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({k: result[k] for k in ("checkpoint", "step", "resumed_from", "steps_run")}), flush=True)
     cleanup(ctx)
     return 0
+
+
+def _die_with_parent() -> None:
+    """A torchrun rank ends when its agent does: torch's elastic agent starts
+    ranks in sessions of their own, so a SIGKILLed agent (or flow run) would
+    leave them training on, unsupervised, beside the retry that replaces them."""
+    import ctypes
+    import signal
+
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: nothing to arm
+        return
+    if os.getppid() != parent:  # the agent died before the signal was armed
+        os._exit(1)
 
 
 if __name__ == "__main__":

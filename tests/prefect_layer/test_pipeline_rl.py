@@ -3,6 +3,9 @@ by the flow, two actor rounds in flight, trainer stages consuming the stream,
 weights published every step; the run's counts add up."""
 
 import json
+import os
+import signal
+from pathlib import Path
 
 import pytest
 
@@ -29,6 +32,29 @@ def test_pipeline_rl_counts_add_up(prefect_api, format_tuned_model_dir, tmp_path
     policies = sorted(p.name for p in (tmp_path / "run" / "policy").glob("v*"))
     assert policies[-1] == "v00000004"
     assert set(out["eval"]) >= {"mean_return", "X/win_draw_rate"}
+
+
+@pytest.mark.heavy
+def test_pipeline_rl_with_two_rank_torchrun_stages(prefect_api, format_tuned_model_dir, tmp_path):
+    """Each stage trains on 2 torchrun ranks: rank 0 reads the stream and
+    broadcasts each batch; every item lands in exactly one checkpoint."""
+    from flows.pipeline_rl import PipelineRLConfig, pipeline_rl
+    from ludic_core.config import GRPOConfig, TrainerConfig
+    from ludic_core.recipes.tic_tac_toe import RECIPE
+
+    run = tmp_path / "run"
+    out = pipeline_rl(PipelineRLConfig(
+        model_path=str(format_tuned_model_dir), out_dir=str(run), env=RECIPE.env, agent=RECIPE.agent,
+        algorithm=GRPOConfig(group_size=2), requests_per_round=4, actors=1, steps=4, steps_per_stage=2,
+        items_per_step=12, max_lag=None, trainer=TrainerConfig(lr=1e-4, max_seq_len=512), eval_episodes=0,
+        launcher="torchrun", nproc=2))
+    assert out["steps"] == 4 and out["items_trained"] == 48 and out["dead_lettered"] == 0
+    assert out["items_produced"] == out["items_trained"] + out["stale_dropped"] + out["left_in_stream"]
+    windows = [json.loads((run / "checkpoints" / f"step_0000000{s}" / "trainer_state.json").read_text())
+               ["data"]["source"]["window"] for s in (2, 4)]
+    assert len(windows[0]) == len(windows[1]) == 24 and not set(windows[0]) & set(windows[1])
+    state = json.loads((run / "checkpoints" / "step_00000004" / "trainer_state.json").read_text())
+    assert state["world_size"] == 2
 
 
 @pytest.mark.vllm
@@ -109,7 +135,6 @@ def test_a_killed_flow_run_resumes_and_trains_every_item_once(format_tuned_model
     import subprocess
     import sys
     import time
-    from pathlib import Path
 
     import yaml
 
@@ -187,3 +212,112 @@ def test_redis_killed_mid_run_is_ridden_out(prefect_api, format_tuned_model_dir,
     assert killed.is_set(), "the run ended before redis could be killed"
     assert out["steps"] == 4 and out["items_trained"] == 48 and out["failed_rounds"] == 0
     assert out["items_produced"] == out["items_trained"] + out["stale_dropped"] + out["left_in_stream"]
+
+
+def _actor_workers() -> list[int]:
+    """Pids of this process's actor worker children (ludic_core.queue.actor_pool)."""
+    pids = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmd = (proc / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == os.getpid() and b"ludic_core.queue.actor_pool" in cmd:
+            pids.append(int(proc.name))
+    return pids
+
+
+@pytest.mark.heavy
+def test_a_sigkilled_actor_process_is_retried_and_nothing_is_trained_twice(prefect_api, format_tuned_model_dir,
+                                                                           tmp_path):
+    """Actor rounds in worker processes; kill -9 the worker mid-run: its round
+    fails, Prefect retries it (same round index) in a fresh worker, the run
+    completes, and every produced item is trained once, dropped or left."""
+    import threading
+    import time
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    from flows.pipeline_rl import ActorLaunch, PipelineRLConfig, pipeline_rl
+    from ludic_core.config import GRPOConfig, TrainerConfig
+    from ludic_core.recipes.tic_tac_toe import RECIPE
+
+    killed: list[int] = []
+
+    def kill_a_worker_mid_round():
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not _actor_workers():
+            time.sleep(0.05)
+        time.sleep(4.0)  # past torch's import: loading the policy, decoding, or waiting for room
+        for pid in _actor_workers()[:1]:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    killer = threading.Thread(target=kill_a_worker_mid_round, daemon=True)
+    killer.start()
+    state = pipeline_rl(PipelineRLConfig(
+        model_path=str(format_tuned_model_dir), out_dir=str(tmp_path / "run"), env=RECIPE.env, agent=RECIPE.agent,
+        algorithm=GRPOConfig(group_size=2), requests_per_round=4, actors=1, steps=4, steps_per_stage=2,
+        items_per_step=12, max_lag=None, trainer=TrainerConfig(lr=1e-4, max_seq_len=512), eval_episodes=0,
+        actor_launch=ActorLaunch(mode="process")), return_state=True)
+    killer.join(timeout=30)
+    out = state.result()
+    assert killed, "the run ended before a worker could be killed"
+    assert out["steps"] == 4 and out["items_trained"] == 48 and out["failed_rounds"] == 0
+    assert out["items_produced"] == out["items_trained"] + out["stale_dropped"] + out["left_in_stream"]
+    assert not _actor_workers()  # the pool closed its workers
+    with get_client(sync_client=True) as client:
+        runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[
+            state.state_details.flow_run_id])))
+    retried = [r for r in runs if r.name.startswith("actor-round") and r.run_count > 1]
+    assert len(retried) == 1 and retried[0].state.is_completed()
+
+
+@pytest.mark.vllm
+@pytest.mark.heavy
+def test_vllm_server_killed_mid_pipeline_is_restarted_and_the_run_completes(prefect_api, format_tuned_model_dir,
+                                                                          tmp_path):
+    """kill -9 the actors' vLLM server once step 2 is checkpointed: the failed
+    stage is retried after the server is restarted (and given the trainer's
+    weights again), actors wait for it, and the counts still add up."""
+    import threading
+    import time
+
+    from flows.pipeline_rl import PipelineRLConfig, pipeline_rl
+    from flows.vllm_inference import VLLMSettings
+    from ludic_core.config import GRPOConfig, TrainerConfig
+    from ludic_core.inference.vllm_server import VLLMServerConfig, pid_alive
+    from ludic_core.recipes.tic_tac_toe import RECIPE
+    from tests.prefect_layer.test_vllm_flow import _servers_of
+
+    run = tmp_path / "run"
+    killed: list[int] = []
+
+    def killer() -> None:
+        deadline = time.time() + 600
+        while time.time() < deadline and not killed:
+            if (run / "checkpoints" / "step_00000002").is_dir():
+                for pid in _servers_of(Path(format_tuned_model_dir)):
+                    os.killpg(pid, signal.SIGKILL)
+                    killed.append(pid)
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=killer, daemon=True)
+    watcher.start()
+    out = pipeline_rl(PipelineRLConfig(
+        model_path=str(format_tuned_model_dir), out_dir=str(run), env=RECIPE.env, agent=RECIPE.agent,
+        algorithm=GRPOConfig(group_size=2), requests_per_round=4, actors=1, steps=4, steps_per_stage=4,
+        items_per_step=12, max_lag=2, eval_episodes=0, inference="vllm",
+        trainer=TrainerConfig(lr=1e-4, max_seq_len=512, checkpoint_every=1),
+        vllm=VLLMSettings(server=VLLMServerConfig(log_dir=str(tmp_path / "vllm")))))
+    watcher.join(timeout=1)
+    assert killed, "the run finished before the server could be killed"
+    assert out["steps"] >= 4 and out["items_trained"] == 48 and out["dead_lettered"] == 0
+    assert out["items_produced"] == out["items_trained"] + out["stale_dropped"] + out["left_in_stream"]
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    assert steps[-1] == 4 and steps.count(1) == 1, steps  # the retry resumed from a checkpoint
+    (log,) = (tmp_path / "vllm").glob("server-*.log")  # the restart reuses the port, and appends to its log
+    assert log.read_text().count("Application startup complete") == 2
+    assert not _servers_of(Path(format_tuned_model_dir)) and not pid_alive(killed[0])
