@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -76,21 +78,32 @@ def _run(cmd: list[str], env: dict, timeout: float) -> str:
     return out
 
 
-@pytest.fixture(scope="module")
-def deployed(tmp_path_factory):
-    """A server with prefect.yaml deployed on it and a worker polling the pool.
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.heavy)])
+def deployed(request, tmp_path_factory):
+    """A server with prefect.yaml deployed on it and a worker polling the pool,
+    on SQLite (Prefect's default) and on a PostgreSQL server the fixture starts.
     Yields (api_url, logs dir, timings, the CLI's environment). The worker's
     environment adds `logs dir / USER_PACKAGES` to PYTHONPATH (nothing else does)."""
-    tmp = tmp_path_factory.mktemp("prefect-deploy")
+    tmp = tmp_path_factory.mktemp(f"prefect-deploy-{request.param}")
     api_url = f"http://127.0.0.1:{_free_port()}/api"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    auth = f"ludic:{secrets.token_urlsafe(16)}"  # Prefect's own basic auth: the server's, and every client's
     env.update(PREFECT_HOME=str(tmp / "home"), PREFECT_API_URL=api_url,
+               PREFECT_SERVER_API_AUTH_STRING=auth, PREFECT_API_AUTH_STRING=auth,
                PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_SERVER_UI_ENABLED="false",
                PREFECT_WORKER_QUERY_SECONDS="1", PREFECT_CLI_COLORS="false", PYTHONUNBUFFERED="1",
                PWD=str(ROOT))  # as a shell in the project root sets it; prefect.yaml's pull step uses it
     timings: dict[str, float] = {}
     procs: list[subprocess.Popen] = []
+    database = None
     try:
+        if request.param == "postgresql":
+            from tests.prefect_layer.postgres import PostgresServer
+
+            t0 = time.perf_counter()
+            database = PostgresServer().start()
+            env["PREFECT_API_DATABASE_CONNECTION_URL"] = database.url  # the server's only; clients use the API
+            timings["postgresql started"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         port = api_url.rsplit(":", 1)[1].split("/")[0]
         procs.append(server := _start([*PREFECT, "server", "start", "--host", "127.0.0.1", "--port", port],
@@ -126,15 +139,19 @@ def deployed(tmp_path_factory):
     finally:
         for proc in reversed(procs):
             _stop(proc)
-        print("\n[prefect deployment timings] " + json.dumps({k: round(v, 1) for k, v in timings.items()}))
+        if database is not None:
+            database.stop()
+        print(f"\n[prefect deployment timings, {request.param}] "
+              + json.dumps({k: round(v, 1) for k, v in timings.items()}))
 
 
 @pytest.fixture
 def client(deployed):
     from prefect.client.orchestration import get_client
-    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
 
-    with temporary_settings({PREFECT_API_URL: deployed[0]}):
+    with temporary_settings({PREFECT_API_URL: deployed[0],
+                             PREFECT_API_AUTH_STRING: deployed[3]["PREFECT_API_AUTH_STRING"]}):
         with get_client(sync_client=True) as c:
             yield c
 
@@ -385,3 +402,71 @@ def test_block_types_register_from_the_cli(client, deployed):
     assert f"Successfully registered {len(classes)} blocks" in out, out
     for cls in classes:
         assert client.read_block_type_by_slug(cls.get_block_type_slug()).name == cls.get_block_type_name()
+
+
+def test_runs_are_stored_in_the_configured_database(client, deployed, tiny_model_dir):
+    """The server really keeps its state where it was told: PostgreSQL's
+    `flow_run` table (read with psql), or SQLite's file under PREFECT_HOME."""
+    from ludic_core.recipes.tic_tac_toe import AGENT, ENV
+
+    cfg = {"policy": {"kind": "model", "model_path": str(tiny_model_dir)}, "env": ENV.model_dump(mode="json"),
+           "agent": AGENT.model_dump(mode="json"), "episodes": 2}
+    run, _ = _run_deployment(client, deployed, "evaluate", cfg, label="evaluate (stored)")
+    env = deployed[3]
+    url = env.get("PREFECT_API_DATABASE_CONNECTION_URL")
+    query = f"select state_type from flow_run where id = '{run.id}'"
+    if url:
+        host_port = url.split("@", 1)[1].split("/", 1)[0]
+        host, port = host_port.split(":")
+        out = subprocess.run(["psql", "-h", host, "-p", port, "-U", "postgres", "-d", "prefect", "-tAc", query],
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "COMPLETED"
+    else:
+        import sqlite3
+
+        with sqlite3.connect(Path(env["PREFECT_HOME"]) / "prefect.db") as db:
+            assert db.execute(query).fetchone() == ("COMPLETED",)
+
+
+def test_the_api_refuses_clients_without_the_auth_string(deployed):
+    """The server runs with PREFECT_SERVER_API_AUTH_STRING (as one reachable from
+    other machines must): no credentials or wrong ones get 401; the right ones, 200."""
+    import base64
+
+    api_url, _, _, env = deployed
+
+    def status(auth: str | None) -> int:
+        req = urllib.request.Request(f"{api_url}/flows/filter", data=b"{}", method="POST",
+                                     headers={"Content-Type": "application/json"})
+        if auth is not None:
+            req.add_header("Authorization", "Basic " + base64.b64encode(auth.encode()).decode())
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    assert status(None) == 401
+    assert status("ludic:wrong") == 401
+    assert status(env["PREFECT_API_AUTH_STRING"]) == 200
+    bare = {k: v for k, v in env.items() if k != "PREFECT_API_AUTH_STRING"}
+    refused = subprocess.run([*PREFECT, "deployment", "ls"], cwd=ROOT, env=bare, capture_output=True, text=True,
+                             timeout=60, stdin=subprocess.DEVNULL)
+    assert refused.returncode != 0 and "401" in refused.stdout + refused.stderr
+
+
+def test_secrets_stay_out_of_logs_and_artifacts(client, deployed):
+    """After the runs above: the auth string appears in no flow-run log, no
+    artifact, and neither the worker's nor the server's log."""
+    from prefect.client.schemas.filters import LogFilter
+
+    api_url, logs_dir, _, env = deployed
+    secret = env["PREFECT_API_AUTH_STRING"].split(":", 1)[1]
+    logs = client.read_logs(log_filter=LogFilter(), limit=200)
+    artifacts = client.read_artifacts()
+    assert logs and artifacts  # the runs above left both
+    for text in [m.message for m in logs] + [json.dumps(a.data, default=str) for a in artifacts]:
+        assert secret not in text
+    for name in ("worker.log", "server.log", "deploy.log"):
+        assert secret not in (logs_dir / name).read_text(errors="replace")
