@@ -38,3 +38,14 @@ def test_bring_your_own_env_snippet_runs(tmp_path, monkeypatch):
     assert m["success_rate"] == 1.0 and m["failed"] == 0
     wrong = evaluate_policy(ScriptedChatClient(lambda msgs: "<n>0</n>"), env, agent, seeds=range(10))
     assert wrong["success_rate"] == 0.0
+
+
+def test_humaneval_config_in_the_readme_is_a_valid_evaluate_config():
+    from flows.evaluate import EvaluateConfig
+
+    text = README.read_text()
+    start = text.index("## Code: a sandbox, a code env, HumanEval")
+    block = re.search(r"```yaml\n(.*?)```", text[start:], re.S).group(1)
+    cfg = EvaluateConfig.model_validate(yaml.safe_load(block))
+    cfg.preflight()  # the env and the policy names resolve
+    assert cfg.env.name == "code_exec" and cfg.samples == 2 and cfg.policy.policy == "code_reference"
