@@ -16,10 +16,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import signal
-import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -29,53 +26,10 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.prefect_layer.stack import PREFECT, ROOT, _free_port, _run, _start, _stop, _tail, base_env, start_server
+
 POOL = "ludic-process"
 USER_PACKAGES = "user-packages"  # under the `deployed` tmp dir; on the worker's PYTHONPATH only
-_BIN = Path(sys.executable).parent / "prefect"
-PREFECT = [str(_BIN)] if _BIN.exists() else [sys.executable, "-m", "prefect"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _tail(path: Path, n: int = 60) -> str:
-    return "\n".join(path.read_text(errors="replace").splitlines()[-n:]) if path.exists() else ""
-
-
-def _start(cmd: list[str], env: dict, log: Path) -> subprocess.Popen:
-    with open(log, "wb") as out:  # the child keeps its own copy of the descriptor
-        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-
-
-def _stop(proc: subprocess.Popen, grace_s: float = 15) -> None:
-    """SIGTERM the process group (the PID leads it), wait, then SIGKILL the group."""
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(wait_s)
-        except subprocess.TimeoutExpired:
-            continue
-        try:  # the leader is gone; children left in its group (uvicorn) go too
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        return
-
-
-def _run(cmd: list[str], env: dict, timeout: float) -> str:
-    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
-                            stdin=subprocess.DEVNULL)
-    out = result.stdout + result.stderr
-    assert result.returncode == 0, f"{' '.join(cmd[1:])} failed ({result.returncode}):\n{out[-4000:]}"
-    return out
 
 
 @pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.heavy)])
@@ -86,13 +40,9 @@ def deployed(request, tmp_path_factory):
     environment adds `logs dir / USER_PACKAGES` to PYTHONPATH (nothing else does)."""
     tmp = tmp_path_factory.mktemp(f"prefect-deploy-{request.param}")
     api_url = f"http://127.0.0.1:{_free_port()}/api"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env = base_env(api_url, tmp / "home")
     auth = f"ludic:{secrets.token_urlsafe(16)}"  # Prefect's own basic auth: the server's, and every client's
-    env.update(PREFECT_HOME=str(tmp / "home"), PREFECT_API_URL=api_url,
-               PREFECT_SERVER_API_AUTH_STRING=auth, PREFECT_API_AUTH_STRING=auth,
-               PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_SERVER_UI_ENABLED="false",
-               PREFECT_WORKER_QUERY_SECONDS="1", PREFECT_CLI_COLORS="false", PYTHONUNBUFFERED="1",
-               PWD=str(ROOT))  # as a shell in the project root sets it; prefect.yaml's pull step uses it
+    env.update(PREFECT_SERVER_API_AUTH_STRING=auth, PREFECT_API_AUTH_STRING=auth)
     timings: dict[str, float] = {}
     procs: list[subprocess.Popen] = []
     database = None
@@ -105,20 +55,7 @@ def deployed(request, tmp_path_factory):
             env["PREFECT_API_DATABASE_CONNECTION_URL"] = database.url  # the server's only; clients use the API
             timings["postgresql started"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        port = api_url.rsplit(":", 1)[1].split("/")[0]
-        procs.append(server := _start([*PREFECT, "server", "start", "--host", "127.0.0.1", "--port", port],
-                                      env, tmp / "server.log"))
-        deadline = time.monotonic() + 90
-        while True:
-            assert server.poll() is None, f"server exited ({server.returncode}):\n{_tail(tmp / 'server.log')}"
-            try:
-                with urllib.request.urlopen(f"{api_url}/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, f"server not healthy in 90 s:\n{_tail(tmp / 'server.log')}"
-            time.sleep(0.5)
+        procs.append(start_server(api_url, env, tmp / "server.log"))
         timings["server healthy"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
@@ -353,7 +290,7 @@ def test_user_env_package_runs_the_whole_chain_through_deployments(client, deplo
         assert reply == {"role": "assistant", "content": f"<n>{int(m[1]) + 1}</n>"}
     assert {r["messages"][1]["content"] for r in rows} == {f"Count: {n}" for n in range(7)}
 
-    _run_deployment(client, deployed, "sft", label="user env: sft", cfg={
+    _run_deployment(client, deployed, "sft", label="user env: sft", timeout_s=300, cfg={
         "model_path": student, "dataset_path": done["dataset_path"], "out_dir": str(tmp_path / "sft"),
         "steps": SFT_STEPS, "steps_per_stage": SFT_STEPS, "batch_size": 32,
         "trainer": {"lr": 1e-2, "warmup_steps": 5, "schedule": "cosine", "total_steps": SFT_STEPS,

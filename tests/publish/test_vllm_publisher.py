@@ -134,12 +134,14 @@ def test_concurrent_completions_each_come_from_exactly_one_version(client, publi
     publisher.publish(weights[500], version=500)
     reqs = [ChatCompletionRequest(messages=[{"role": "user", "content": f"wave {i}"}],
                                   sampling=SamplingConfig(temperature=1.0, max_tokens=24, seed=i)) for i in range(16)]
-    pusher = threading.Thread(target=lambda: (time.sleep(0.3), publisher.publish(weights[501], version=501)))
+    first_wave = threading.Event()  # the push waits for one whole wave on 500, however slow the machine
+    pusher = threading.Thread(target=lambda: (first_wave.wait(120), publisher.publish(weights[501], version=501)))
 
     async def waves():
         out = []
         while pusher.is_alive() or len(out) < 64:
             out += await asyncio.gather(*[client.complete(r) for r in reqs])
+            first_wave.set()
         return out
 
     pusher.start()
