@@ -26,7 +26,6 @@ import secrets
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -38,6 +37,7 @@ from pydantic import Field
 
 from ludic_core.frozen import FrozenModel
 from ludic_core.inference.errors import InferenceServerError
+from ludic_core.lifetime import with_parent
 
 __all__ = ["VLLMServerConfig", "VLLMServer", "start_vllm_server", "stop_server_pid", "detect_build",
            "resolve_python", "free_port", "pid_alive"]
@@ -253,20 +253,6 @@ def stop_server_pid(pid: int, *, timeout_s: float = 20.0) -> bool:
     return True
 
 
-# Exec'd in front of the server: it gets SIGTERM (and shuts its engine down) when
-# the process that started it dies, however it dies (a cancelled or SIGKILLed
-# flow run), instead of holding its GPU and port for ever. The signal survives
-# the exec into vLLM's interpreter.
-_WITH_PARENT = """\
-import ctypes, os, signal, sys
-parent = os.getppid()
-ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)
-if os.getppid() != parent:
-    sys.exit(1)
-os.execvp(sys.argv[1], sys.argv[1:])
-"""
-
-
 def start_vllm_server(model_path: str | Path, cfg: VLLMServerConfig | None = None, *,
                       api_key: str | None = None) -> tuple[VLLMServer, str]:
     """Start a server and wait until /health answers; returns (server, api_key).
@@ -293,8 +279,10 @@ def start_vllm_server(model_path: str | Path, cfg: VLLMServerConfig | None = Non
     env = {**os.environ, **extra_env, "VLLM_API_KEY": api_key}
     env.pop("VIRTUAL_ENV", None)
     start = time.perf_counter()
-    with open(log_path, "ab") as log:  # own session: stopped by process group; ends with us (_WITH_PARENT)
-        proc = subprocess.Popen([sys.executable, "-c", _WITH_PARENT, *cmd], stdout=log, stderr=subprocess.STDOUT,
+    # Its own session: stopped by process group. It gets SIGTERM (and shuts its engine
+    # down) when this process dies, however it dies (a cancelled or SIGKILLed flow run).
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(with_parent(cmd, forward=False), stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True)
     server = VLLMServer(proc.pid, cfg.host, port, str(log_path), cfg.served_model_name, build, process=proc)
     deadline = time.monotonic() + cfg.startup_timeout_s

@@ -194,8 +194,14 @@ def _exit_reason(code: int) -> str:
 
 
 def _serve(threads: int) -> None:
-    """The worker's loop: a request line in, a reply line out, until stdin closes."""
+    """The worker's loop: a request line in, a reply line out, until stdin closes
+    or the process that started it dies (then at once, mid-round: a round is one
+    atomic write, so nothing half-done lands)."""
     import torch
+
+    from ludic_core.lifetime import exit_when_orphaned
+
+    exit_when_orphaned()
 
     torch.set_num_threads(threads)
     from ludic_core.queue.actor import run_actor_round

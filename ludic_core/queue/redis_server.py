@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ludic_core.lifetime import with_parent
+
 __all__ = ["LocalRedis", "free_port"]
 
 
@@ -44,10 +46,11 @@ class LocalRedis:
                                     "or name a running server (a RedisQueue block)")
         Path(self.directory).mkdir(parents=True, exist_ok=True)
         _stop_orphan(Path(self.directory) / "redis.pid")
-        self.proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--requirepass", self.password,
-             "--dir", str(self.directory), "--save", "", "--appendonly", "yes" if self.appendonly else "no",
-             "--appendfsync", "always", "--pidfile", str(Path(self.directory).resolve() / "redis.pid")],
+        cmd = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--requirepass", self.password,
+               "--dir", str(self.directory), "--save", "", "--appendonly", "yes" if self.appendonly else "no",
+               "--appendfsync", "always", "--pidfile", str(Path(self.directory).resolve() / "redis.pid")]
+        self.proc = subprocess.Popen(  # SIGTERMed (it flushes its append-only file) when we die
+            with_parent(cmd),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -64,8 +67,18 @@ class LocalRedis:
     def kill(self) -> None:
         """SIGKILL: no shutdown save, no goodbye to clients (what a crash looks like)."""
         if self.proc is not None:
-            self.proc.kill()
+            import os
+            import signal
+
+            try:  # the server itself (its guard, `self.proc`, then ends the same way)
+                pid = int((Path(self.directory) / "redis.pid").read_text().strip())
+                os.kill(pid, signal.SIGKILL)
+            except (OSError, ValueError):
+                pid = None
+                self.proc.kill()  # no pidfile yet: the guard, whose death SIGKILLs the server
             self.proc.wait()
+            while pid is not None and _running(pid):
+                time.sleep(0.02)
             self.proc = None
 
     def stop(self) -> None:

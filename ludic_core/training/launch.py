@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
+from ludic_core.lifetime import with_parent
 from ludic_core.training.stage_spec import StageSpec
 
 __all__ = ["run_torchrun"]
@@ -32,11 +33,30 @@ def run_torchrun(spec: StageSpec, nproc: int, on_line: Callable[[str], Any] = pr
                "-m", "ludic_core.training.stage", str(spec_path), str(result_path)]
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
         on_line("launching: " + " ".join(cmd))
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        # The agent gets SIGTERM (and stops its ranks) if this process dies; if this
+        # call is interrupted (a cancelled run's exception), it is stopped here.
+        proc = subprocess.Popen(with_parent(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=env)
         assert proc.stdout is not None
-        for line in proc.stdout:
-            on_line("[torchrun] " + line.rstrip())
+        try:
+            for line in proc.stdout:
+                on_line("[torchrun] " + line.rstrip())
+        except BaseException:
+            _stop(proc)
+            raise
         if proc.wait() != 0:
             raise RuntimeError(f"torchrun stage exited with code {proc.returncode}; a retry resumes "
                                f"from the latest checkpoint in {spec.checkpoint_dir}")
         return json.loads(result_path.read_text())
+
+
+def _stop(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
+    """SIGTERM the agent (it stops its ranks) and wait; SIGKILL after `grace_s`."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

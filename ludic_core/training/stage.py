@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
 
+from ludic_core.lifetime import die_with_parent
 from ludic_core.training.stage_data import batch_source, inference, needs_inference, publisher_only
 from ludic_core.training.stage_spec import DatasetData, RolloutData, StageSpec, StreamData, VLLMEndpoint
 
@@ -96,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
 
     args = list(sys.argv[1:] if argv is None else argv)
     if "LOCAL_RANK" in os.environ:
-        _die_with_parent()
+        # torch's elastic agent starts ranks in sessions of their own: without this a
+        # SIGKILLed agent (or flow run) leaves them training on beside the retry
+        die_with_parent(signal.SIGKILL)
     if not args:
         print("usage: python -m ludic_core.training.stage SPEC.json [RESULT.json]", file=sys.stderr)
         return 2
@@ -108,22 +112,6 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({k: result[k] for k in ("checkpoint", "step", "resumed_from", "steps_run")}), flush=True)
     cleanup(ctx)
     return 0
-
-
-def _die_with_parent() -> None:
-    """A torchrun rank ends when its agent does: torch's elastic agent starts
-    ranks in sessions of their own, so a SIGKILLed agent (or flow run) would
-    leave them training on, unsupervised, beside the retry that replaces them."""
-    import ctypes
-    import signal
-
-    parent = os.getppid()
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: nothing to arm
-        return
-    if os.getppid() != parent:  # the agent died before the signal was armed
-        os._exit(1)
 
 
 if __name__ == "__main__":

@@ -127,9 +127,9 @@ def test_trainer_and_actor_as_separate_flows(prefect_api, format_tuned_model_dir
 
 def test_a_killed_flow_run_resumes_and_trains_every_item_once(format_tuned_model_dir, tmp_path):
     """SIGKILL the whole `ludic run pipeline_rl` process once stage 1 is
-    committed, run it again: the step counter continues from the checkpoint,
-    the orphaned redis-server is taken over (same append-only file), and the
-    checkpoints together hold every trained item exactly once."""
+    committed, run it again: the run's redis-server ends with it (and the re-run
+    starts one on the same append-only file), the step counter continues from the
+    checkpoint, and the checkpoints together hold every trained item exactly once."""
     import os
     import signal
     import subprocess
@@ -154,9 +154,13 @@ def test_a_killed_flow_run_resumes_and_trains_every_item_once(format_tuned_model
     while not (run / "checkpoints" / "step_00000002").is_dir():
         assert first.poll() is None and time.monotonic() < deadline, "stage 1 never finished"
         time.sleep(0.1)
-    first.send_signal(signal.SIGKILL)  # the flow run process dies; its redis-server lives on
-    first.wait()
     orphan = int((run / "redis" / "redis.pid").read_text())
+    first.send_signal(signal.SIGKILL)  # the flow run process dies; its redis-server goes with it
+    first.wait()
+    deadline = time.monotonic() + 15  # the parent-death signal: SIGTERM, it flushes its append-only file
+    while Path(f"/proc/{orphan}/cmdline").exists() and b"redis" in Path(f"/proc/{orphan}/cmdline").read_bytes():
+        assert time.monotonic() < deadline, f"redis-server {orphan} outlived the killed run"
+        time.sleep(0.1)
 
     done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
