@@ -8,7 +8,8 @@ flow with a YAML/JSON config validated by that flow's config model, and
 checked (paths, env names) before Prefect starts; `ludic run FLOW --example`
 prints a complete, commented config; `ludic model tiny` builds a model directory;
 `ludic serve --setup` installs vLLM into its own environment and `ludic serve
---model DIR` runs a vLLM server for a model directory until interrupted.
+--model DIR` runs a vLLM server for a model directory until interrupted;
+`ludic zombies` sets up the automation that marks dead runs Crashed.
 """
 
 from __future__ import annotations
@@ -172,6 +173,15 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         server.stop()
 
 
+def _cmd_zombies(args: argparse.Namespace) -> int:
+    from flows.zombies import ensure_zombie_automation
+
+    automation_id, within_s, created = ensure_zombie_automation(args.within)
+    print(f"{'created' if created else 'updated'} automation {automation_id}: a flow run with no heartbeat "
+          f"for {within_s} s is marked Crashed")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ludic", description="Ludic on Prefect")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -211,6 +221,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-model-len", type=int)
     serve.add_argument("--log-dir", default="runs/vllm")
     serve.set_defaults(func=_cmd_serve)
+    zombies = sub.add_parser("zombies", help="set up the automation that marks runs whose process died Crashed "
+                                             "(on the server PREFECT_API_URL names)")
+    zombies.add_argument("--within", type=int, help="seconds without a heartbeat (default: 3 x "
+                                                    "PREFECT_FLOWS_HEARTBEAT_FREQUENCY)")
+    zombies.set_defaults(func=_cmd_zombies)
     return parser
 
 
