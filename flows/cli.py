@@ -35,6 +35,7 @@ FLOWS: dict[str, tuple[str, str, str]] = {
     "pipeline_trainer": ("flows.pipeline_parts", "pipeline_trainer", "PipelineTrainerConfig"),
     "pipeline_actor": ("flows.pipeline_parts", "pipeline_actor", "PipelineActorConfig"),
     "evaluate": ("flows.evaluate", "evaluate", "EvaluateConfig"),
+    "train_node": ("flows.train_node", "train_node", "TrainNodeConfig"),
 }
 
 

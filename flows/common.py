@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ludic_core.frozen import FrozenModel
+from ludic_core.training.stage_spec import NodeSettings
 
-__all__ = ["FlowConfig", "SlotConfig", "held", "require_model_dir", "require_path"]
+__all__ = ["FlowConfig", "SlotConfig", "TrainingConfig", "held", "require_model_dir", "require_path"]
 
 
 class FlowConfig(FrozenModel):
@@ -31,6 +32,22 @@ class SlotConfig(FlowConfig):
         None, description="a Prefect global concurrency limit this run holds from start to end, e.g. `gpu-0` "
                           "(`prefect gcl create gpu-0 --limit 1`): runs naming the same slot wait for each other, "
                           "so they never share its GPU or server ports; None = no slot")
+
+
+class TrainingConfig(SlotConfig):
+    """A flow that trains in checkpointed stages: in-process, or under torchrun
+    on this machine or several."""
+
+    launcher: Literal["in_process", "torchrun"] = Field(
+        "in_process", description="in_process = one process; torchrun = `nproc` ranks per node (FSDP2)")
+    nproc: int = Field(2, ge=1, description="ranks per node under torchrun")
+    nodes: NodeSettings = Field(NodeSettings(), description="torchrun across machines (launcher torchrun)")
+
+    @model_validator(mode="after")
+    def _nodes_need_torchrun(self) -> TrainingConfig:
+        if self.nodes.nnodes > 1 and self.launcher != "torchrun":
+            raise ValueError(f"nodes.nnodes={self.nodes.nnodes} needs launcher: torchrun")
+        return self
 
 
 @contextmanager

@@ -24,9 +24,11 @@ def _examples() -> dict[str, BaseModel]:
     from flows.rejection_sampling import RejectionSamplingConfig
     from flows.rl_train import RLTrainConfig
     from flows.sft import SFTFlowConfig
-    from ludic_core.config import GRPOConfig
+    from flows.train_node import TrainNodeConfig
+    from ludic_core.config import GRPOConfig, SFTConfig
     from ludic_core.recipes.arithmetic import RECIPE
     from ludic_core.recipes.policy import ModelPolicy, ScriptedPolicy
+    from ludic_core.training.stage_spec import DatasetData, NodeSettings, StageSpec
 
     tiny, base = "runs/models/tiny-1m", "runs/pipeline"
     sft_model = f"{base}/sft/checkpoints/step_00000400/model"
@@ -46,11 +48,15 @@ def _examples() -> dict[str, BaseModel]:
                                               policy_dir=f"{base}/policy"),
         "evaluate": EvaluateConfig(policy=ModelPolicy(model_path=f"{base}/rl/checkpoints/step_00000030/model"),
                                    env=RECIPE.eval_env, agent=RECIPE.agent, episodes=300, seed=0),
+        "train_node": TrainNodeConfig(spec=StageSpec(
+            model_path=tiny, checkpoint_dir=f"{base}/sft/checkpoints", algorithm=SFTConfig(), until_step=100,
+            data=DatasetData(path=f"{base}/rejection/dataset"),
+            nodes=NodeSettings(nnodes=2, rdzv_endpoint="head-node:29400", node_deployments=["train_node/node-1"]))),
     }
 
 
 EXAMPLES = ("demo", "rejection_sampling", "sft", "rl_train", "pipeline_rl", "pipeline_trainer", "pipeline_actor",
-            "evaluate")
+            "evaluate", "train_node")
 
 
 def _scalar(value: Any) -> str:

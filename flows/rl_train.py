@@ -9,7 +9,7 @@ from typing import Literal
 from prefect import flow, get_run_logger
 from pydantic import Field, model_validator
 
-from flows.common import SlotConfig, held, require_model_dir
+from flows.common import TrainingConfig, held, require_model_dir
 from flows.loggers import wandb_spec
 from flows.staging import run_stages
 from flows.vllm_inference import VLLMSettings, vllm_inference
@@ -22,7 +22,7 @@ from tasks.artifacts import learning_curve_artifact, table_artifact
 from tasks.evaluation import evaluate_policy
 
 
-class RLTrainConfig(SlotConfig):
+class RLTrainConfig(TrainingConfig):
     model_path: str = Field(description="initial policy (e.g. the SFT model dir)")
     out_dir: str = Field("runs/rl", description="checkpoints and metrics")
     env: EnvConfig
@@ -42,14 +42,15 @@ class RLTrainConfig(SlotConfig):
     eval_env: EnvConfig | None = Field(None, description="env of the evaluations after each stage (None = env)")
     eval_episodes: int = Field(100, ge=0, description="greedy episodes after each stage (0 = off)")
     eval_seed: int = Field(100_000, description="first env seed of those evaluations")
-    launcher: Literal["in_process", "torchrun"] = "in_process"
-    nproc: int = Field(2, ge=1)
     progress_bar: bool = Field(False, description="console progress bars for the stages")
     wandb_block: str | None = Field(None, description="name of a WandbSettings block: log the stages to wandb")
 
     @model_validator(mode="after")
     def _group_size_stated(self) -> RLTrainConfig:
         group_size_of(self.algorithm)  # a group algorithm without group_size fails here, naming it
+        if self.nodes.nnodes > 1 and self.inference == "vllm" and self.vllm.endpoint_block is None:
+            raise ValueError("nodes.nnodes > 1 with inference vllm: a server this run starts listens on loopback; "
+                             "name an InferenceEndpoint block (vllm.endpoint_block) every node can reach")
         return self
 
     def preflight(self) -> None:
@@ -79,7 +80,7 @@ def _rl_train(cfg: RLTrainConfig) -> str:
                          data=RolloutData(env=cfg.env, agent=cfg.agent, requests_per_step=cfg.requests_per_step,
                                           schedule=cfg.schedule),
                          metrics_path=f"{cfg.out_dir}/metrics.jsonl", progress_bar=cfg.progress_bar,
-                         title=f"RL ({cfg.algorithm.type})", vllm=endpoint, local=cfg.local,
+                         title=f"RL ({cfg.algorithm.type})", vllm=endpoint, local=cfg.local, nodes=cfg.nodes,
                          wandb=wandb_spec(cfg.wandb_block, run_name=f"rl:{cfg.out_dir}", directory=cfg.out_dir))
         return _train_and_evaluate(cfg, spec, run_one)
 

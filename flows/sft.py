@@ -7,7 +7,7 @@ from typing import Literal
 from prefect import flow
 from pydantic import Field
 
-from flows.common import SlotConfig, held, require_model_dir, require_path
+from flows.common import TrainingConfig, held, require_model_dir, require_path
 from flows.loggers import wandb_spec
 from flows.staging import run_stages
 from ludic_core.config import SFTConfig, TrainerConfig
@@ -15,7 +15,7 @@ from ludic_core.training.stage import DatasetData, StageSpec
 from tasks.artifacts import learning_curve_artifact
 
 
-class SFTFlowConfig(SlotConfig):
+class SFTFlowConfig(TrainingConfig):
     model_path: str = Field(description="initial weights (HF model dir)")
     dataset_path: str = Field(description="a rejection_sampling dataset, any `datasets` directory or a .jsonl file "
                                           "with chat `messages` (loss on assistant turns)")
@@ -28,8 +28,6 @@ class SFTFlowConfig(SlotConfig):
     batch_size: int = Field(64, ge=1)
     trainer: TrainerConfig = TrainerConfig(lr=2e-3, warmup_steps=10, schedule="cosine", total_steps=400,
                                            micro_token_budget=16384, max_seq_len=512)
-    launcher: Literal["in_process", "torchrun"] = "in_process"
-    nproc: int = Field(2, ge=1, description="processes per stage under torchrun")
     progress_bar: bool = Field(False, description="console progress bars for the stages")
     wandb_block: str | None = Field(None, description="name of a WandbSettings block: log the stages to wandb")
 
@@ -51,6 +49,7 @@ def _sft(cfg: SFTFlowConfig) -> str:
                      algorithm=SFTConfig(), trainer=cfg.trainer, until_step=cfg.steps,
                      data=DatasetData(path=cfg.dataset_path, batch_size=cfg.batch_size, use=cfg.use),
                      metrics_path=f"{cfg.out_dir}/metrics.jsonl", progress_bar=cfg.progress_bar, title="SFT",
+                     nodes=cfg.nodes,
                      wandb=wandb_spec(cfg.wandb_block, run_name=f"sft:{cfg.out_dir}", directory=cfg.out_dir))
     result = run_stages(spec, total_steps=cfg.steps, steps_per_stage=cfg.steps_per_stage,
                         launcher=cfg.launcher, nproc=cfg.nproc, title="SFT")

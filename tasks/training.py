@@ -2,7 +2,7 @@
 
 Retries are safe because a stage resumes from the latest checkpoint: a retry
 after a crash (even a SIGKILLed torchrun child) continues the step counter
-instead of starting over.
+instead of starting over. A multi-node stage's retry restarts every node.
 """
 
 from __future__ import annotations
@@ -12,17 +12,28 @@ from prefect.cache_policies import NO_CACHE
 
 from ludic_core.training.launch import run_torchrun
 from ludic_core.training.stage import StageSpec, run_stage
+from tasks.nodes import cancel_nodes, start_nodes, wait_nodes
 
 
 @task(name="train-stage", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
 def train_stage(spec: StageSpec, launcher: str = "in_process", nproc: int = 2) -> dict:
     log = get_run_logger()
     if launcher == "torchrun":
-        result = run_torchrun(spec, nproc, on_line=log.info)
+        nodes = start_nodes(spec, nproc)
+        if nodes:
+            log.info("started %d other node(s) for step %d: %s", len(nodes), spec.until_step, nodes)
+        try:
+            result = run_torchrun(spec, nproc, on_line=log.info)
+        except BaseException:
+            cancel_nodes(nodes)
+            raise
+        wait_nodes(nodes, timeout_s=spec.nodes.join_timeout_s)
     elif launcher == "in_process":
+        if spec.nodes.nnodes > 1:
+            raise ValueError(f"nodes.nnodes={spec.nodes.nnodes} needs launcher 'torchrun'")
         result = run_stage(spec)
     else:
         raise ValueError(f"unknown launcher {launcher!r}; use 'in_process' or 'torchrun'")
-    log.info("stage done at step %d (resumed from %s): %s", result["step"], result["resumed_from"],
-             result["checkpoint"])
+    log.info("stage done at step %d (resumed from %s, %d ranks): %s", result["step"], result["resumed_from"],
+             result["world_size"], result["checkpoint"])
     return result

@@ -4,6 +4,10 @@ The spec travels as a JSON file (no objects cross the process boundary) and
 every line the ranks print is handed to `on_line`, so an orchestrator (a
 Prefect task) can show it live; a non-zero exit is an error that says a retry
 resumes from the latest checkpoint.
+
+A stage whose spec spans several machines (`spec.nodes`) runs the same command
+on every node: c10d rendezvous at `rdzv_endpoint` assigns the ranks, and each
+node's local rank 0 writes that node's copy of the result.
 """
 
 from __future__ import annotations
@@ -19,18 +23,30 @@ from typing import Any, Callable
 from ludic_core.lifetime import with_parent
 from ludic_core.training.stage_spec import StageSpec
 
-__all__ = ["run_torchrun"]
+__all__ = ["run_torchrun", "torchrun_command"]
+
+
+def torchrun_command(spec: StageSpec, nproc: int, spec_path: str, result_path: str) -> list[str]:
+    """The agent's command line: standalone on one node, c10d rendezvous across several."""
+    if nproc < 1:
+        raise ValueError(f"nproc must be >= 1, got {nproc}")
+    nodes = spec.nodes
+    if nodes.nnodes == 1:
+        placement = ["--standalone"]
+    else:
+        placement = [f"--nnodes={nodes.nnodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={nodes.rdzv_endpoint}",
+                     f"--rdzv-id={nodes.rdzv_id}-{spec.until_step}", f"--rdzv-conf=join_timeout={nodes.join_timeout_s}",
+                     "--max-restarts=0"]
+    return [sys.executable, "-m", "torch.distributed.run", *placement, f"--nproc-per-node={nproc}",
+            "-m", "ludic_core.training.stage", spec_path, result_path]
 
 
 def run_torchrun(spec: StageSpec, nproc: int, on_line: Callable[[str], Any] = print) -> dict[str, Any]:
-    """`torchrun --standalone --nproc_per_node=N -m ludic_core.training.stage`; returns rank 0's result."""
-    if nproc < 1:
-        raise ValueError(f"nproc must be >= 1, got {nproc}")
+    """Run this node's torchrun agent for `spec` (`nproc` ranks here); returns the stage's result."""
     with tempfile.TemporaryDirectory(prefix="ludic-stage-") as tmp:
         spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
         spec_path.write_text(spec.model_dump_json())
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-               "-m", "ludic_core.training.stage", str(spec_path), str(result_path)]
+        cmd = torchrun_command(spec, nproc, str(spec_path), str(result_path))
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
         on_line("launching: " + " ".join(cmd))
         # The agent gets SIGTERM (and stops its ranks) if this process dies; if this

@@ -88,7 +88,7 @@ def run_stage(spec: StageSpec, *, loggers: list | None = None) -> dict[str, Any]
             publisher.close()
     last = history[-1] if history else {}
     return {"checkpoint": str(path), "model_path": str(path / "model"), "step": trainer.step,
-            "resumed_from": resumed_from, "steps_run": len(history),
+            "resumed_from": resumed_from, "steps_run": len(history), "world_size": ctx.world_size,
             "metrics": {k: float(v) for k, v in last.items()}}
 
 
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = StageSpec.model_validate_json(Path(args[0]).read_text())
     result = run_stage(spec)
     ctx = init_distributed()
-    if ctx.is_main and len(args) > 1:
+    if ctx.local_rank == 0 and len(args) > 1:  # one result per node: each node's launcher reads its own
         Path(args[1]).write_text(json.dumps(result))
     print(json.dumps({k: result[k] for k in ("checkpoint", "step", "resumed_from", "steps_run")}), flush=True)
     cleanup(ctx)

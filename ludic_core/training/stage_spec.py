@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ludic_core.config import AlgorithmConfig, LocalInferenceConfig, TrainerConfig
 from ludic_core.frozen import FrozenModel
 from ludic_core.recipes.configs import AgentConfig, EnvConfig, SeedSchedule
 
-__all__ = ["DatasetData", "RolloutData", "StreamData", "DataSpec", "VLLMEndpoint", "WandbSpec", "StageSpec", "group_size_of"]
+__all__ = ["DatasetData", "RolloutData", "StreamData", "DataSpec", "VLLMEndpoint", "WandbSpec", "NodeSettings",
+           "StageSpec", "group_size_of"]
 
 
 class DatasetData(FrozenModel):
@@ -82,6 +83,38 @@ class WandbSpec(FrozenModel):
     directory: str | None = Field(None, description="where wandb writes its run (None = wandb's default)")
 
 
+class NodeSettings(FrozenModel):
+    """How a torchrun stage spans machines. Every node runs the same agent command
+    (c10d rendezvous), so the spec is identical on all of them; checkpoint_dir and
+    model_path must be on storage every node reads and writes (DCP writes shards
+    from every rank)."""
+
+    nnodes: int = Field(1, ge=1, description="machines in the job (1 = a standalone torchrun)")
+    rdzv_endpoint: str | None = Field(
+        None, description="HOST:PORT of the rendezvous store, reachable from every node (needed when nnodes > 1); "
+                          "the agent on the machine named HOST hosts it")
+    rdzv_id: str = Field("ludic", description="job id every node passes; the stage's target step is appended, so a "
+                                              "later stage never joins an earlier one's rendezvous")
+    join_timeout_s: int = Field(600, ge=1, description="how long an agent waits for the other nodes")
+    node_deployments: list[str] = Field(
+        [], description="Prefect deployments (FLOW/DEPLOYMENT of train_node, one per other node, e.g. on a work "
+                        "pool per machine) that the flow triggers to start the other nodes' agents; empty = start "
+                        "them yourself (`ludic run train_node --config FILE` on each)")
+
+    @model_validator(mode="after")
+    def _endpoint_when_multi_node(self) -> NodeSettings:
+        if self.nnodes > 1 and not self.rdzv_endpoint:
+            raise ValueError(f"nnodes={self.nnodes} needs rdzv_endpoint (HOST:PORT reachable from every node)")
+        if self.rdzv_endpoint is not None:
+            host, _, port = self.rdzv_endpoint.rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(f"rdzv_endpoint must be HOST:PORT, got {self.rdzv_endpoint!r}")
+        if self.node_deployments and len(self.node_deployments) != self.nnodes - 1:
+            raise ValueError(f"node_deployments names {len(self.node_deployments)} deployments; "
+                             f"nnodes={self.nnodes} needs one per other node ({self.nnodes - 1})")
+        return self
+
+
 class StageSpec(FrozenModel):
     model_path: str = Field(description="initial weights (HF dir); later stages resume from checkpoints")
     checkpoint_dir: str
@@ -98,6 +131,7 @@ class StageSpec(FrozenModel):
                           "(DirectoryPublisher) for actors in other processes")
     local: LocalInferenceConfig = Field(LocalInferenceConfig(), description="the in-process LocalChatClient")
     wandb: WandbSpec | None = Field(None, description="also log to wandb")
+    nodes: NodeSettings = Field(NodeSettings(), description="torchrun across machines (launcher torchrun only)")
 
 
 def group_size_of(algorithm: AlgorithmConfig) -> int:

@@ -407,3 +407,36 @@ def test_secrets_stay_out_of_logs_and_artifacts(client, deployed):
         assert secret not in text
     for name in ("worker.log", "server.log", "deploy.log"):
         assert secret not in (logs_dir / name).read_text(errors="replace")
+
+
+@pytest.mark.heavy
+def test_sft_spans_two_nodes_through_the_train_node_deployment(client, deployed, tiny_model_dir, teacher_dataset,
+                                                              tmp_path):
+    """Two "machines" on loopback: the sft run is the head (one rank), and each of
+    its stages triggers the train_node deployment (the other node, one rank);
+    they meet at the rendezvous endpoint and train as one two-rank job."""
+    from prefect.client.schemas.filters import (DeploymentFilter, DeploymentFilterName, LogFilter,
+                                                LogFilterFlowRunId)
+
+    endpoint = f"127.0.0.1:{_free_port()}"
+    cfg = {"model_path": str(tiny_model_dir), "dataset_path": str(teacher_dataset), "out_dir": str(tmp_path / "sft"),
+           "steps": 4, "steps_per_stage": 2, "batch_size": 8, "launcher": "torchrun", "nproc": 1,
+           "nodes": {"nnodes": 2, "rdzv_endpoint": endpoint, "rdzv_id": f"sft-{tmp_path.name}",
+                     "join_timeout_s": 120, "node_deployments": ["train_node/train_node"]}}
+    run, _ = _run_deployment(client, deployed, "sft", cfg, label="two-node sft", timeout_s=420)
+    assert (tmp_path / "sft/checkpoints/step_00000004/model/config.json").is_file()
+    nodes = client.read_flow_runs(deployment_filter=DeploymentFilter(
+        name=DeploymentFilterName(any_=["train_node"])))
+    nodes = [n for n in nodes if n.parameters["cfg"]["spec"]["checkpoint_dir"] == str(tmp_path / "sft/checkpoints")]
+    assert sorted(n.name for n in nodes) == ["node 1 to step 2", "node 1 to step 4"]
+    for node in nodes:
+        assert node.state.is_completed(), (node.name, node.state)
+        assert node.parent_task_run_id is not None  # shown under the head's stage in the UI
+    deadline = time.monotonic() + 30  # the last lines reach the API shortly after the run ends
+    while True:
+        text = "\n".join(entry.message for entry in client.read_logs(
+            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id]))))
+        if text.count("2 ranks") == 2 or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert text.count("2 ranks") == 2, text[-3000:]  # each stage: one job of two ranks, on two nodes
