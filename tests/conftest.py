@@ -85,6 +85,19 @@ def sft_items(tiny_model_and_tokenizer):
 
 
 @pytest.fixture(scope="session")
+def teacher_dataset(tiny_model_and_tokenizer, tmp_path_factory):
+    """A saved SFT dataset (chat messages + the tiny tokenizer's ids) of 16 won minimax-teacher games."""
+    from ludic_core.models import tokenizer_fingerprint
+    from ludic_core.recipes.tic_tac_toe import keep_by_reward, teacher_rollouts
+    from ludic_core.rejection import rollouts_to_dataset, save_dataset
+
+    _, tok = tiny_model_and_tokenizer
+    kept, _ = keep_by_reward(teacher_rollouts(tok, games=16, seed=4), min_reward=1.0)
+    return save_dataset(rollouts_to_dataset(kept, tokenizer=tokenizer_fingerprint(tok)),
+                        tmp_path_factory.mktemp("teacher-ds") / "dataset")
+
+
+@pytest.fixture(scope="session")
 def format_tuned_model_dir(tiny_model_dir, tmp_path_factory):
     """The tiny model after a few seconds of plain cross-entropy on teacher replies.
 
