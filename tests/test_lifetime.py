@@ -11,24 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.procs import alive as _alive, children as _children, wait_gone as _wait_gone
+
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signals are Linux's")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except FileNotFoundError:
-        return False
-
-
-def _wait_gone(pid: int, timeout_s: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while _alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
 
 
 def _parent(child_code: str) -> tuple[subprocess.Popen, int]:
@@ -47,18 +32,6 @@ def _parent(child_code: str) -> tuple[subprocess.Popen, int]:
 def _kill(parent: subprocess.Popen) -> None:
     parent.kill()
     parent.wait()
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_bytes().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != b"Z":
-            out.append(int(stat.parent.name))
-    return out
 
 
 def _program(guard: int, name: bytes, timeout_s: float = 10.0) -> int:

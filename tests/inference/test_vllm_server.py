@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from ludic_core.inference.vllm_plugin import PLUGIN_DIR
 from ludic_core.inference.vllm_server import VLLMServerConfig, build_command, pid_alive, stop_server_pid
+from tests.procs import group_members as _group_members
 
 
 def _flag(cmd: list[str], name: str) -> str:
@@ -140,20 +141,6 @@ def test_a_reused_pid_is_never_signalled():
     finally:
         other.kill()
         other.wait()
-
-
-def _group_members(pgid: int) -> list[int]:
-    from pathlib import Path
-
-    members = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            members.append(int(stat.parent.name))
-    return members
 
 
 @pytest.mark.vllm

@@ -1,6 +1,7 @@
 """A deployed rl_train run with a vLLM server and torchrun ranks up, ended the
 ways runs end in production: cancelled from the API (as the UI's Cancel does),
-and its worker's machine gone (the worker and the flow-run process SIGKILLed).
+and its worker's machine gone (the worker and the flow-run process SIGKILLed);
+and one that lives through a restart of the Prefect server.
 
 Each time: every process of the run is gone (found by the flow-run id its
 whole process tree inherits in its environment, listed before and after), the
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.procs import with_environ
 from tests.prefect_layer.stack import PREFECT, _free_port, _run, _start, _stop, _tail, base_env, start_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.heavy, pytest.mark.vllm]
@@ -45,6 +47,12 @@ class Stack:
         self.workers += 1
         self.worker = _start([*PREFECT, "worker", "start", "--pool", POOL, "--name", f"worker-{self.workers}"],
                              self.env, self.tmp / f"worker-{self.workers}.log")
+
+    def restart_server(self) -> None:
+        """Stop the server (its process group) and start it again on the same port and database."""
+        _stop(self.server)
+        self.restarts = getattr(self, "restarts", 0) + 1
+        self.server = start_server(self.api_url, self.env, self.tmp / f"server-{self.restarts}.log")
 
     def worker_log(self) -> str:
         return _tail(self.tmp / f"worker-{self.workers}.log")
@@ -85,18 +93,7 @@ def client(stack):
 def run_processes(run_id) -> dict[int, str]:
     """pid -> command line of every live process of a flow run: the flow-run process
     and everything it started (in whatever session), all of which inherit its id."""
-    needle = f"PREFECT__FLOW_RUN_ID={run_id}".encode()
-    found = {}
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            if needle not in (proc / "environ").read_bytes().split(b"\0"):
-                continue
-            if (proc / "stat").read_bytes().rsplit(b")", 1)[1].split()[0] == b"Z":
-                continue
-            found[int(proc.name)] = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            continue
-    return found
+    return with_environ(f"PREFECT__FLOW_RUN_ID={run_id}")
 
 
 def _kinds(procs: dict[int, str]) -> dict[str, int]:
@@ -236,3 +233,32 @@ def test_a_killed_worker_leaves_no_process_the_zombie_is_crashed_and_a_rerun_res
     stack.start_worker()
     steps = _rerun_continues(client, stack, cfg, out, committed)
     print(f"[worker killed] last committed checkpoint {committed}; the re-run trained steps {steps[0]}..{steps[-1]}")
+
+
+def test_a_server_restarted_mid_run_loses_nothing(client, stack, tiny_model_dir, tmp_path):
+    """The server goes down while a stage trains and comes back on the same database:
+    the run's clients retry through the outage, the run completes with every step
+    trained once, its earlier task runs are still on record, and nothing is left."""
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    out = tmp_path / "rl"
+    cfg = {**_cfg(out, str(tiny_model_dir)), "steps_per_stage": STEPS // 2}
+    run = _trigger(client, cfg)
+    before = _wait_training(client, stack, run, out)
+    at_step = _step(out)
+    t0 = time.monotonic()
+    stack.restart_server()
+    down_s = time.monotonic() - t0
+    done_s = _wait_state(client, run, "COMPLETED", 600, stack)
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    assert steps == list(range(1, STEPS + 1)), steps  # nothing lost, nothing trained twice
+    stages = [t for t in client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id])))
+              if t.task_key.startswith("train-stage") or t.name.startswith("train-stage")]
+    assert len(stages) == 2 and all(t.state.is_completed() for t in stages), \
+        [(t.name, t.state.type.value) for t in stages]
+    left = _wait_gone(run.id, 30)
+    print(f"\n[server restart] processes before: {json.dumps({p: c[:100] for p, c in before.items()}, indent=1)}")
+    print(f"[server restart] restarted at step {at_step} (down and healthy again in {down_s:.1f} s); the run "
+          f"completed {done_s:.0f} s later with steps 1..{steps[-1]} trained once each; left: {left}")
+    assert not left, f"a completed run left processes behind: {left}"
+    assert _checkpoint_loads(out) == STEPS

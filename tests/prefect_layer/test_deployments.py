@@ -260,6 +260,7 @@ def _evaluate_cfg(model_path: str) -> dict:
             "episodes": EVAL_EPISODES, "seed": 1_000, "success_threshold": 0.99}
 
 
+@pytest.mark.heavy  # 80 s: the whole chain; .ci/run runs it (make test-heavy)
 def test_user_env_package_runs_the_whole_chain_through_deployments(client, deployed, user_package, tiny_model_dir,
                                                                     tmp_path):
     """rejection_sampling -> sft -> rl_train -> evaluate, each triggered through the API

@@ -46,6 +46,7 @@ def test_vllm_settings_are_strict():
 
 @pytest.mark.vllm
 @pytest.mark.slow
+@pytest.mark.heavy  # 65 s; .ci/run runs it (make test-heavy)
 def test_killed_server_is_restarted_and_the_stage_resumes(prefect_api, format_tuned_model_dir, tmp_path):
     model_dir = Path(format_tuned_model_dir)  # not the session server's model: its server is ours alone
     killed: list[int] = []
