@@ -1,5 +1,5 @@
-"""Tic-tac-toe: exact game logic, a single-agent env against a scripted
-opponent, a two-agent duel env, and scripted players.
+"""Tic-tac-toe: a single-agent env against a scripted opponent, a two-agent
+duel env, and scripted players, over the rules in `tic_tac_toe_rules`.
 
 Boards are 9-char strings of 'X', 'O', '.' in row-major order. Models and
 actions use cell numbers 1..9; the code uses indices 0..8 internally. The game
@@ -11,11 +11,24 @@ from __future__ import annotations
 
 import random
 import re
-from functools import lru_cache
 from typing import Any, Callable, Iterable, Literal
 
 from ludic_core.envs.base import LudicEnv
 from ludic_core.envs.single_agent import SingleAgentEnv
+from ludic_core.envs.tic_tac_toe_rules import (  # the rules live there; re-exported here
+    EMPTY_BOARD,
+    _as_board,
+    _check_mark,
+    _optimal,
+    _other,
+    _place,
+    _result,
+    legal_moves,
+    minimax_moves,
+    move_regret,
+    render_board,
+    winner,
+)
 from ludic_core.types import Message, StepOutcome
 
 __all__ = [
@@ -25,6 +38,7 @@ __all__ = [
     "winner",
     "legal_moves",
     "minimax_moves",
+    "move_regret",
     "render_board",
     "render_numbered",
     "parse_observation",
@@ -35,13 +49,10 @@ __all__ = [
     "random_player",
 ]
 
-Mark = Literal["X", "O"]
-EMPTY_BOARD = "." * 9
 RESULT_REWARDS = {"win": 1.0, "draw": 0.5, "loss": 0.0}
 ILLEGAL_MOVE_REWARD = -1.0
 _OPPONENTS = ("random", "minimax")
 _POLICY_KINDS = ("minimax", "random", "first_legal")
-_LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
 # No digits and no literal "<move>N</move>" example: a small model copies such
 # an example by induction ("<move>" was followed by "5" before) and then plays
 # that cell on every board.
@@ -52,96 +63,6 @@ _BOARD_RE = re.compile(
     r"^[ \t]*([XO.1-9]{3})[ \t]*\r?\n[ \t]*([XO.1-9]{3})[ \t]*\r?\n[ \t]*([XO.1-9]{3})[ \t]*$", re.M
 )
 _MARK_RE = re.compile(r"You are ([XO])\b")
-
-
-# --------------------------------------------------------------- game logic
-
-
-def _as_board(board: str | Iterable[str]) -> str:
-    b = board if isinstance(board, str) else "".join(board)
-    if len(b) != 9 or set(b) - set("XO."):
-        raise ValueError(f"board must be 9 cells of 'X', 'O' or '.', got {board!r}")
-    return b
-
-
-def _check_mark(mark: str, what: str) -> None:
-    if mark not in ("X", "O"):
-        raise ValueError(f"{what} must be 'X' or 'O', got {mark!r}")
-
-
-def _other(mark: str) -> str:
-    return "O" if mark == "X" else "X"
-
-
-def _winner(b: str) -> str | None:
-    for i, j, k in _LINES:
-        if b[i] != "." and b[i] == b[j] == b[k]:
-            return b[i]
-    return None
-
-
-def _place(b: str, index: int, mark: str) -> str:
-    return b[:index] + mark + b[index + 1 :]
-
-
-def _result(b: str, mark: str) -> str | None:
-    """'win' / 'loss' / 'draw' from `mark`'s side, or None while in play."""
-    w = _winner(b)
-    if w is not None:
-        return "win" if w == mark else "loss"
-    return "draw" if "." not in b else None
-
-
-def winner(board: str | Iterable[str]) -> str | None:
-    """'X' or 'O' if that mark has three in a line, else None."""
-    return _winner(_as_board(board))
-
-
-def legal_moves(board: str | Iterable[str]) -> list[int]:
-    """Empty cells (1-based); [] once the game is won or the board is full."""
-    b = _as_board(board)
-    return [] if _winner(b) else [i + 1 for i, c in enumerate(b) if c == "."]
-
-
-def _move_score(b: str, index: int, player: str) -> int:
-    """Score of `player` playing `index`: +(1 + empty cells left) for a win, so
-    faster wins score higher (and slower losses lose less), 0 for a draw."""
-    nb = _place(b, index, player)
-    if _winner(nb) == player:
-        return 1 + nb.count(".")
-    if "." not in nb:
-        return 0
-    return -_best_score(nb, _other(player))
-
-
-@lru_cache(maxsize=None)
-def _best_score(b: str, player: str) -> int:
-    return max(_move_score(b, i, player) for i, c in enumerate(b) if c == ".")
-
-
-@lru_cache(maxsize=None)
-def _optimal(b: str, player: str) -> tuple[int, ...]:
-    if _winner(b) or "." not in b:
-        return ()
-    scores = {i: _move_score(b, i, player) for i, c in enumerate(b) if c == "."}
-    best = max(scores.values())
-    return tuple(i + 1 for i, s in scores.items() if s == best)
-
-
-def minimax_moves(board: str | Iterable[str], player: str) -> list[int]:
-    """All optimal cells (1-based) for `player` to move.
-
-    Optimal = best game value (win > draw > loss), ties broken by speed (win
-    sooner, lose later), so a move that wins now is the only optimal one.
-    Returns [] for a finished game.
-    """
-    _check_mark(player, "player")
-    return list(_optimal(_as_board(board), player))
-
-
-def render_board(board: str | Iterable[str]) -> str:
-    b = _as_board(board)
-    return f"{b[0:3]}\n{b[3:6]}\n{b[6:9]}"
 
 
 # ------------------------------------------------------------- observations
@@ -222,17 +143,30 @@ class TicTacToeEnv(SingleAgentEnv):
 
     Rewards: win 1.0, draw 0.5, loss 0.0, illegal move -1.0 (ends the game);
     0.0 for moves that do not end it. Seeding `reset` fixes the opponent.
+
+    `move_shaping` c > 0 adds a per-move process reward from the minimax
+    oracle: each legal move also earns -c x its regret, the drop in the game's
+    minimax value (win 1, draw 0, loss -1) that the move causes (0 for an
+    optimal move; `info["regret"]`). A random opponent rarely punishes a bad
+    move, so the outcome alone says little about which move lost a game; the
+    regret says it at the move. It pulls toward minimax-safe play (never
+    losing), the goal of win+draw, not toward exploiting a random opponent.
+    Measured (demo SFT start, GRPO, 45 s, 2 seeds): 0.5 did not beat the plain
+    outcome reward (0.695/0.660 vs 0.728/0.705 mean X/O win+draw; SFT 0.693).
     """
 
     def __init__(
         self, opponent: Literal["random", "minimax"] = "random",
-        agent_mark: Literal["X", "O", "alternate"] = "X",
+        agent_mark: Literal["X", "O", "alternate"] = "X", move_shaping: float = 0.0,
     ) -> None:
         super().__init__()
         if opponent not in _OPPONENTS:
             raise ValueError(f"unknown opponent kind {opponent!r}; expected one of {_OPPONENTS}")
         if agent_mark != "alternate":
             _check_mark(agent_mark, "agent_mark")
+        if not move_shaping >= 0.0:
+            raise ValueError(f"move_shaping must be >= 0, got {move_shaping!r}")
+        self.move_shaping = float(move_shaping)
         self.opponent = opponent
         #: "alternate" plays X on even seeds and O on odd ones: one config trains and scores both seats
         self.mark_rule = agent_mark
@@ -283,16 +217,18 @@ class TicTacToeEnv(SingleAgentEnv):
         index, error = _parse_action(action, self._board)
         if index is None:
             return self._finish("illegal", {"illegal_move": True, "error": error})
+        regret = move_regret(self._board, index + 1, self.agent_mark)
+        shaping = -self.move_shaping * regret
         self._board = _place(self._board, index, self.agent_mark)
         result = _result(self._board, self.agent_mark)
         if result is not None:
-            return self._finish(result, {})
-        extra = {"opponent_move": self._opponent_move()}
+            return self._finish(result, {"regret": regret}, shaping)
+        extra = {"opponent_move": self._opponent_move(), "regret": regret}
         result = _result(self._board, self.agent_mark)
         if result is not None:
-            return self._finish(result, extra)
+            return self._finish(result, extra, shaping)
         info = extra | _turn_info(self._board, self.agent_mark) | {"agent_mark": self.agent_mark}
-        return StepOutcome(obs=_prompt_obs(self._board, self.agent_mark), reward=0.0, info=info)
+        return StepOutcome(obs=_prompt_obs(self._board, self.agent_mark), reward=shaping, info=info)
 
     def _opponent_move(self) -> int:
         """Play the opponent's move; return its cell (1-based)."""
@@ -304,9 +240,9 @@ class TicTacToeEnv(SingleAgentEnv):
         self._board = _place(self._board, cell - 1, self.opponent_mark)
         return cell
 
-    def _finish(self, result: str, info: dict[str, Any]) -> StepOutcome:
+    def _finish(self, result: str, info: dict[str, Any], shaping: float = 0.0) -> StepOutcome:
         self._in_play = False
-        reward = ILLEGAL_MOVE_REWARD if result == "illegal" else RESULT_REWARDS[result]
+        reward = ILLEGAL_MOVE_REWARD if result == "illegal" else RESULT_REWARDS[result] + shaping
         return StepOutcome(
             obs=_end_obs(self._board, self.agent_mark, result),
             reward=reward,

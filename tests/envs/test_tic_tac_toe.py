@@ -12,6 +12,7 @@ from ludic_core.envs import (
 from ludic_core.envs.tic_tac_toe import (
     legal_moves,
     minimax_moves,
+    move_regret,
     parse_observation,
     render_board,
     render_numbered,
@@ -164,6 +165,35 @@ def test_draw_reward():
     env._board = "XOXXOOOX."  # last cell left
     out = env.env_step("9")
     assert out.reward == 0.5 and out.terminated and out.info["result"] == "draw"
+
+
+def test_move_regret_by_hand():
+    assert [move_regret(".........", c, "X") for c in range(1, 10)] == [0] * 9  # every opening draws
+    # X: 3 wins (value 1); 6 only blocks O's row 4-5-6 (a draw: 1 given away); 9 lets O win (2)
+    assert [move_regret("XX.OO....", c, "X") for c in (3, 6, 9)] == [0, 1, 2]
+    # O answering a centre X: corners hold the draw, edges lose
+    assert [move_regret("....X....", c, "O") for c in (1, 2, 3, 4, 6, 7, 8, 9)] == [0, 1, 0, 1, 1, 0, 1, 0]
+
+
+def test_move_shaping_charges_each_move_its_regret():
+    env = TicTacToeEnv(opponent="minimax", move_shaping=0.25)
+    env.reset(seed=0)
+    env._board = "XX.OO...."
+    out = env.env_step("6")  # blocks, but gives up the win at 3: regret 1, the game goes on
+    assert not out.terminated and out.reward == -0.25 and out.info["regret"] == 1
+    env.reset(seed=0)
+    env._board = "X..OO.X.."
+    out = env.env_step("9")  # fails to block 6: draw -> loss, regret 1; minimax O wins
+    assert out.info["result"] == "loss" and out.reward == 0.0 - 0.25 and out.info["regret"] == 1
+    env.reset(seed=0)
+    env._board = "XX.OO...."
+    assert env.env_step("3").reward == 1.0  # the optimal move costs nothing
+    plain = TicTacToeEnv(opponent="minimax")
+    plain.reset(seed=0)
+    plain._board = "XX.OO...."
+    assert plain.env_step("6").reward == 0.0  # off by default
+    with pytest.raises(ValueError, match="move_shaping"):
+        TicTacToeEnv(move_shaping=-1)
 
 
 @pytest.mark.parametrize("action", ["0", "10", "abc", "", "5 5", "<move>5</move>"])
