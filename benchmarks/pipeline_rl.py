@@ -24,7 +24,7 @@ from pathlib import Path
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--start", default="runs/demo/tic_tac_toe/sft/checkpoints/step_00000400/model",
+    ap.add_argument("--start", default="runs/demo/tic_tac_toe/sft/checkpoints/step_00000800/model",
                     help="SFT model dir (`ludic demo` makes this one)")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--actors", type=int, default=1)

@@ -35,7 +35,7 @@ class DemoConfig(FlowConfig):
     preset: Literal["tiny-1m", "tiny-10m"] = "tiny-1m"
     seed: int = 0
     teacher_episodes: int = Field(4096, ge=1, description="episodes the teacher plays for rejection sampling")
-    sft_steps: int = Field(400, ge=1)
+    sft_steps: int | None = Field(None, ge=1, description="SFT steps (None = the recipe's)")
     sft_lr: float = Field(2e-3, gt=0, description="peak SFT learning rate (cosine decay to 0)")
     rl_steps: int = Field(30, ge=1)
     rl_lr: float = Field(1e-4, gt=0)
@@ -63,15 +63,15 @@ def teacher_to_sft(cfg: DemoConfig, recipe: Recipe, model_path: str) -> tuple[st
     """Rejection sampling from the recipe's teacher, then SFT of `model_path` on
     what was kept: (dataset dir, SFT model dir). The RL stage (and
     benchmarks/algorithms.py) start from that model."""
-    run = cfg.out
+    run, steps = cfg.out, cfg.sft_steps or recipe.sft_steps
     dataset = rejection_sampling(RejectionSamplingConfig(
         env=recipe.env, agent=recipe.agent, student_path=model_path, prompts=cfg.teacher_episodes,
         teacher=ScriptedPolicy(policy=recipe.teacher, kwargs=recipe.teacher_kwargs),
         keep=recipe.keep, out_dir=f"{run}/rejection"))
     sft_model = sft(SFTFlowConfig(
-        model_path=model_path, dataset_path=dataset, out_dir=f"{run}/sft", steps=cfg.sft_steps,
-        steps_per_stage=max(cfg.sft_steps // 4, 1), launcher=cfg.launcher, progress_bar=cfg.progress_bar,
-        trainer=TrainerConfig(lr=cfg.sft_lr, warmup_steps=10, schedule="cosine", total_steps=cfg.sft_steps,
+        model_path=model_path, dataset_path=dataset, out_dir=f"{run}/sft", steps=steps,
+        steps_per_stage=max(steps // 4, 1), launcher=cfg.launcher, progress_bar=cfg.progress_bar,
+        trainer=TrainerConfig(lr=cfg.sft_lr, warmup_steps=10, schedule="cosine", total_steps=steps,
                               micro_token_budget=16384, max_seq_len=512, seed=cfg.seed)))
     return dataset, sft_model
 

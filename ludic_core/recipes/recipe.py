@@ -27,6 +27,7 @@ class Recipe(FrozenModel):
     teacher: str = Field(description="scripted teacher policy factory (registered name or import path)")
     teacher_kwargs: dict[str, Any] = Field(default_factory=dict)
     keep: KeepRule = KeepRule(min_return=1.0)
+    sft_steps: int = Field(400, ge=1, description="SFT steps of the demo chain")
     rl_temperature: float = Field(1.0, gt=0.0, description="sampling temperature of RL rollouts")
     eval_seed: int = Field(100_000, description="first env seed of evaluations")
     eval_episodes: int = Field(400, ge=1, description="greedy episodes per evaluation")
