@@ -142,19 +142,25 @@ def test_the_form_refuses_an_invalid_value_naming_the_field_and_takes_a_valid_on
     runs = lambda: _api(ui, "/flow_runs/filter", {"deployments": {"id": {"any_": [deployment_id]}}})  # noqa: E731
     before = len(runs())
 
+    # the form fills in the deployment's values after it renders: type only once they are in,
+    # and submit only once the input holds what was typed
+    _wait(browser, lambda b: episodes.get_attribute("value"), "the deployment's value of Episodes")
     episodes.clear()
     episodes.send_keys("-1")
+    _wait(browser, lambda b: episodes.get_attribute("value") == "-1", "-1 in the Episodes input")
     _click(browser, submit)
     toast = _wait(browser, lambda b: next((t for t in b.find_elements(By.CSS_SELECTOR, ".p-toast__message")
-                                           if "cfg.episodes" in t.text), None), "an error naming cfg.episodes")
+                                           if "cfg.episodes" in t.text), None), "an error naming cfg.episodes",
+                  timeout_s=60)
     assert "less than the minimum of 1" in toast.text, toast.text
     browser.save_screenshot(str(ui["shots"] / "ui-invalid-value.png"))
     assert len(runs()) == before  # refused: no run was created
 
     episodes.clear()
     episodes.send_keys("3")
+    _wait(browser, lambda b: episodes.get_attribute("value") == "3", "3 in the Episodes input")
     _click(browser, submit)
-    _wait(browser, lambda b: len(runs()) == before + 1, "the new flow run")
+    _wait(browser, lambda b: len(runs()) == before + 1, "the new flow run", timeout_s=60)
     new = max(runs(), key=lambda r: r["created"])
     assert new["parameters"]["cfg"]["episodes"] == 3
     assert new["parameters"]["cfg"]["env"]["name"] == "tic_tac_toe"  # the deployment's other values went along
