@@ -82,6 +82,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                                    "eval_episodes": args.eval_episodes}.items()
                  if v is not None}
     cfg = DemoConfig(**overrides)
+    embedded_api()
     start = time.perf_counter()
     result = demo(cfg)
     _print_table(result["rows"], f"{result['recipe']}: greedy evaluation ({result['eval_episodes']} episodes)")
@@ -100,9 +101,28 @@ def _cmd_run(args: argparse.Namespace) -> int:
     flow_fn, cfg_cls = load_flow(args.flow)
     cfg = cfg_cls.model_validate(read_config_file(args.config) if args.config else {})
     cfg.preflight()  # paths and env names, before the Prefect API starts
+    embedded_api()
     result = flow_fn(cfg)
     print(json.dumps(result, indent=2, default=str))
     return 0
+
+
+def embedded_api() -> None:
+    """With no PREFECT_API_URL, start Prefect's embedded API server now (the one
+    the flow's client would start) and give it a reaper: Prefect stops it at
+    exit, but a SIGKILLed `ludic` would leave it running, holding its port."""
+    from prefect.settings import PREFECT_API_URL
+
+    if PREFECT_API_URL.value():
+        return
+    from prefect.server.api.server import SubprocessASGIServer
+
+    from ludic_core.lifetime import reap_when_parent_dies
+
+    server = SubprocessASGIServer()  # the client's own: one per process
+    server.start()
+    if server.server_process is not None:
+        reap_when_parent_dies(server.server_process.pid)
 
 
 def _cmd_model(args: argparse.Namespace) -> int:

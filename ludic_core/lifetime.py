@@ -15,7 +15,9 @@ changes only when that process dies) and then signals the program; the guard's
 main thread is the program's parent for its whole life, so the program can
 safely carry a parent-death signal for the guard itself being SIGKILLed.
 A child of ours that may be started from any thread (an actor worker) watches
-for its parent itself (`exit_when_orphaned`).
+for its parent itself (`exit_when_orphaned`). A process some library started
+for us, whose command we do not control (Prefect's embedded API server), gets a
+reaper (`reap_when_parent_dies`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import os
 import signal
 import sys
 
-__all__ = ["die_with_parent", "exit_when_orphaned", "with_parent"]
+__all__ = ["die_with_parent", "exit_when_orphaned", "reap_when_parent_dies", "with_parent"]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -65,6 +67,47 @@ if rc < 0:
     os.kill(os.getpid(), -rc)
 sys.exit(rc)
 """
+
+
+# The reaper: waits while both its parent and the target live; if the parent dies
+# first, signals the target (SIGKILL after `grace` s). It ends when the target does.
+_REAPER = """\
+import os, signal, sys, time
+target, sig, grace = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+parent = os.getppid()
+
+def alive():
+    try:
+        with open(f"/proc/{target}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
+
+while alive() and os.getppid() == parent:
+    time.sleep(0.2)
+if alive():
+    os.kill(target, sig)
+    deadline = time.monotonic() + grace
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if alive():
+        os.kill(target, signal.SIGKILL)
+"""
+
+
+def reap_when_parent_dies(pid: int, sig: int = signal.SIGTERM, grace_s: float = 10.0) -> int | None:
+    """Start a reaper that sends `sig` to `pid` if this process dies before it
+    (SIGKILL `grace_s` later if it lingers), and ends when `pid` does. For a
+    process started by code we do not control, so `with_parent` cannot wrap
+    its command. The reaper sits in its own session: a kill of our process
+    group leaves it standing to do its job. Returns its pid (None off Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import subprocess
+
+    return subprocess.Popen([sys.executable, "-c", _REAPER, str(int(pid)), str(int(sig)), str(grace_s)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True).pid
 
 
 def with_parent(cmd: list[str], sig: int = signal.SIGTERM, *, forward: bool = True) -> list[str]:

@@ -157,3 +157,37 @@ def test_die_with_parent_arms_this_process():
     finally:
         if _alive(child):
             os.kill(child, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("reaped", [True, False])
+def test_a_reaped_process_ends_when_the_process_that_armed_the_reaper_is_sigkilled(reaped):
+    """A process some library started (Prefect's embedded API server): we cannot wrap
+    its command, so a reaper in its own session ends it when we die, even when our
+    whole process group is SIGKILLed."""
+    arm = "from ludic_core.lifetime import reap_when_parent_dies; reap_when_parent_dies(child.pid)" if reaped else ""
+    parent, child = _parent(f"child = subprocess.Popen(['sleep', '600'], start_new_session=True)\n{arm}")
+    try:
+        assert _alive(child)
+        time.sleep(0.5)
+        assert _alive(child)  # the reaper leaves it alone while the parent lives
+        _kill(parent)
+        # the control (no reaper) shows the test can fail: the plain child outlives its parent
+        assert _wait_gone(child, 10 if reaped else 2) is reaped
+    finally:
+        if _alive(child):
+            os.kill(child, signal.SIGKILL)
+
+
+def test_the_reaper_ends_with_its_target():
+    target = subprocess.Popen(["sleep", "600"])
+    from ludic_core.lifetime import reap_when_parent_dies
+
+    reaper = reap_when_parent_dies(target.pid)
+    try:
+        assert _alive(reaper)
+        target.kill()
+        target.wait()
+        assert _wait_gone(reaper, 5)  # nothing to reap: it does not linger
+    finally:
+        if _alive(reaper):
+            os.kill(reaper, signal.SIGKILL)

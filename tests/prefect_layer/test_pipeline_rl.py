@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.procs import children, wait_gone
+
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
 
@@ -129,7 +131,8 @@ def test_trainer_and_actor_as_separate_flows(prefect_api, format_tuned_model_dir
 @pytest.mark.heavy  # 31 s; .ci/run runs it (make test-heavy)
 def test_a_killed_flow_run_resumes_and_trains_every_item_once(format_tuned_model_dir, tmp_path):
     """SIGKILL the whole `ludic run pipeline_rl` process once stage 1 is
-    committed, run it again: the run's redis-server ends with it (and the re-run
+    committed, run it again: the run's redis-server and its embedded Prefect API
+    server end with it (and the re-run
     starts one on the same append-only file), the step counter continues from the
     checkpoint, and the checkpoints together hold every trained item exactly once."""
     import os
@@ -157,8 +160,11 @@ def test_a_killed_flow_run_resumes_and_trains_every_item_once(format_tuned_model
         assert first.poll() is None and time.monotonic() < deadline, "stage 1 never finished"
         time.sleep(0.1)
     orphan = int((run / "redis" / "redis.pid").read_text())
+    api = [pid for pid in children(first.pid) if b"uvicorn" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert len(api) == 1, "the run's embedded Prefect API server is not its child"
     first.send_signal(signal.SIGKILL)  # the flow run process dies; its redis-server goes with it
     first.wait()
+    assert wait_gone(api[0], 20), "the killed run's embedded Prefect API server outlived it"
     deadline = time.monotonic() + 15  # the parent-death signal: SIGTERM, it flushes its append-only file
     while Path(f"/proc/{orphan}/cmdline").exists() and b"redis" in Path(f"/proc/{orphan}/cmdline").read_bytes():
         assert time.monotonic() < deadline, f"redis-server {orphan} outlived the killed run"
