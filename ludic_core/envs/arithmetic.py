@@ -22,6 +22,7 @@ __all__ = [
     "ARITHMETIC_SYSPROMPT",
     "arithmetic_oracle",
     "solve_arithmetic_question",
+    "worked_solution",
 ]
 
 Difficulty = Literal["easy", "medium", "hard"]
@@ -215,21 +216,25 @@ def _event_delta(phrase: str) -> int | None:
     return None
 
 
-def _intro(sentence: str) -> tuple[int, list[str]] | None:
-    """The starting total of the first sentence and any event it already names."""
+def _intro(sentence: str) -> tuple[int, list[str], list[str]] | None:
+    """The first sentence's starting total, its worked lines, and any event it already names."""
     if m := _PRODUCT_EACH.fullmatch(sentence):
-        return int(m[1]) * int(m[2]), []
+        a, b = int(m[1]), int(m[2])
+        return a * b, [f"{a} * {b} = {a * b}"], []
     if m := _HAS_AND_BUYS.fullmatch(sentence):
-        return int(m[1]) + int(m[2]) * int(m[3]), []
+        start, a, b = int(m[1]), int(m[2]), int(m[3])
+        return start + a * b, [f"{a} * {b} = {a * b}", f"{start} + {a * b} = {start + a * b}"], []
     if m := _HAS_AND.fullmatch(sentence):
-        return int(m[1]), [m[2]]
+        return int(m[1]), [], [m[2]]
     if m := _HAS.fullmatch(sentence) or _THERE.fullmatch(sentence):
-        return int(m[1]), []
+        return int(m[1]), [], []
     return None
 
 
-def solve_arithmetic_question(question: str) -> int:
-    """The answer to a `generate_arithmetic_problems` question, read from its text.
+def worked_solution(question: str) -> tuple[int, list[str]]:
+    """The answer to a `generate_arithmetic_problems` question, read from its
+    text, and its worked lines ("12 - 5 = 7"), the same lines the generator
+    writes into the problem's "answer".
 
     Sentences are: an intro (a start amount, or a product), event sentences
     ("Tom buys 3 more, then loses 2."), and a final "How many ...?". Raises
@@ -239,7 +244,7 @@ def solve_arithmetic_question(question: str) -> int:
     intro = _intro(statements[0].removesuffix(".")) if statements else None
     if intro is None or not (ask.startswith("How many ") and ask.endswith("?")):
         raise ValueError(f"arithmetic_oracle cannot parse question {question!r}")
-    total, phrases = intro
+    total, lines, phrases = intro
     for sentence in statements[1:]:
         m = _ACTS.fullmatch(sentence.removesuffix("."))
         if m is None or not sentence.endswith("."):
@@ -249,8 +254,14 @@ def solve_arithmetic_question(question: str) -> int:
         delta = _event_delta(phrase)
         if delta is None:
             raise ValueError(f"arithmetic_oracle cannot parse event {phrase!r} in question {question!r}")
+        lines.append(f"{total} {'+' if delta > 0 else '-'} {abs(delta)} = {total + delta}")
         total += delta
-    return total
+    return total, lines
+
+
+def solve_arithmetic_question(question: str) -> int:
+    """The answer to a `generate_arithmetic_problems` question (see `worked_solution`)."""
+    return worked_solution(question)[0]
 
 
 def _last_user_text(messages: list[Message]) -> str:
@@ -260,10 +271,13 @@ def _last_user_text(messages: list[Message]) -> str:
     raise ValueError("arithmetic_oracle: no user message with a question to answer")
 
 
-def arithmetic_oracle() -> Callable[[list[Message]], str]:
+def arithmetic_oracle(show_work: bool = False) -> Callable[[list[Message]], str]:
     """The teacher for rejection sampling on `ArithmeticEnv` (registered policy
     `arithmetic_oracle`): answers the last user message as "<answer>N</answer>",
-    the format the agent's `xml_tag` parser (tag `answer`) reads.
+    the format the agent's `xml_tag` parser (tag `answer`) reads. With
+    `show_work` the worked lines come first ("5 + 3 = 8\n<answer>8</answer>"):
+    a small student then copies two numbers and adds them next to each other,
+    instead of doing the whole sum in the one token before the answer.
 
     It solves the question from its text rather than looking it up, so it
     answers any seed, size or difficulty, and a problem it cannot read fails
@@ -271,6 +285,8 @@ def arithmetic_oracle() -> Callable[[list[Message]], str]:
     """
 
     def policy(messages: list[Message]) -> str:
-        return f"<answer>{solve_arithmetic_question(_last_user_text(messages))}</answer>"
+        total, lines = worked_solution(_last_user_text(messages))
+        work = "".join(f"{line}\n" for line in lines) if show_work else ""
+        return f"{work}<answer>{total}</answer>"
 
     return policy

@@ -130,6 +130,25 @@ def test_oracle_reads_the_text_not_a_table():
         assert _ask(policy, question) == f"<answer>{answer}</answer>", question
 
 
+@pytest.mark.parametrize("difficulty", ["easy", "medium", "hard"])
+def test_shown_work_is_the_generators_own_solution(difficulty):
+    # The oracle reads the question; the generator wrote the solution while
+    # building it: the two must agree line by line.
+    policy = arithmetic_oracle(show_work=True)
+    for p in generate_arithmetic_problems(300, seed=5, difficulty=difficulty):
+        *lines, final = p["answer"].split("\n")
+        expected = "".join(f"{line}\n" for line in lines) + f"<answer>{final.removeprefix('#### ')}</answer>"
+        assert _ask(policy, p["question"]) == expected, p
+
+
+def test_shown_work_by_hand():
+    policy = arithmetic_oracle(show_work=True)
+    assert _ask(policy, "Tom has 9 cards. Tom gives 4 to Mia, then gets 10 from Mia. "
+                        "How many cards does Tom have now?") == "9 - 4 = 5\n5 + 10 = 15\n<answer>15</answer>"
+    assert _ask(policy, "Ivy has 2 apples and buys 4 bags of 5 apples each. "
+                        "How many apples does Ivy have now?") == "4 * 5 = 20\n2 + 20 = 22\n<answer>22</answer>"
+
+
 @pytest.mark.parametrize(
     "question",
     [
