@@ -38,7 +38,7 @@ class DemoConfig(FlowConfig):
     sft_steps: int | None = Field(None, ge=1, description="SFT steps (None = the recipe's)")
     sft_lr: float = Field(2e-3, gt=0, description="peak SFT learning rate (cosine decay to 0)")
     rl_steps: int = Field(30, ge=1)
-    rl_lr: float = Field(1e-4, gt=0)
+    rl_lr: float | None = Field(None, gt=0, description="RL learning rate (None = the recipe's)")
     group_size: int = Field(8, ge=2, description="GRPO samples per prompt")
     eval_episodes: int | None = Field(None, ge=1, description="greedy episodes per evaluation (None = the recipe's)")
     launcher: Literal["in_process", "torchrun"] = "in_process"
@@ -82,8 +82,8 @@ def rl_agent(recipe: Recipe) -> AgentConfig:
         update={"temperature": recipe.rl_temperature})})
 
 
-def rl_trainer(cfg: DemoConfig) -> TrainerConfig:
-    return TrainerConfig(lr=cfg.rl_lr, micro_token_budget=16384, max_seq_len=512, seed=cfg.seed)
+def rl_trainer(cfg: DemoConfig, recipe: Recipe) -> TrainerConfig:
+    return TrainerConfig(lr=cfg.rl_lr or recipe.rl_lr, micro_token_budget=16384, max_seq_len=512, seed=cfg.seed)
 
 
 @flow(name="demo")
@@ -98,7 +98,7 @@ def demo(cfg: DemoConfig) -> dict:
     t = time.perf_counter()
     rl_model = rl_train(RLTrainConfig(
         model_path=sft_model, out_dir=f"{run}/rl", env=recipe.env, agent=rl_agent(recipe),
-        algorithm=GRPOConfig(group_size=cfg.group_size), steps=cfg.rl_steps, trainer=rl_trainer(cfg),
+        algorithm=GRPOConfig(group_size=cfg.group_size), steps=cfg.rl_steps, trainer=rl_trainer(cfg, recipe),
         steps_per_stage=max(cfg.rl_steps // 2, 1), eval_episodes=0, launcher=cfg.launcher,
         progress_bar=cfg.progress_bar))
     rows.append(_row("after RL", recipe, _evaluate(rl_model, recipe, cfg), time.perf_counter() - t))

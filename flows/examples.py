@@ -35,7 +35,8 @@ def _examples() -> dict[str, BaseModel]:
     return {
         "demo": DemoConfig(),
         "rejection_sampling": RejectionSamplingConfig(
-            env=RECIPE.env, agent=RECIPE.agent, teacher=ScriptedPolicy(policy="arithmetic_oracle"),
+            env=RECIPE.env, agent=RECIPE.agent,
+            teacher=ScriptedPolicy(policy=RECIPE.teacher, kwargs=RECIPE.teacher_kwargs),
             student_path=tiny, prompts=2048, out_dir=f"{base}/rejection"),
         "sft": SFTFlowConfig(model_path=tiny, dataset_path=f"{base}/rejection/dataset", out_dir=f"{base}/sft"),
         "rl_train": RLTrainConfig(model_path=sft_model, out_dir=f"{base}/rl", env=RECIPE.env, agent=RECIPE.agent,

@@ -2,6 +2,15 @@
 
 The teacher is an oracle that solves the generated questions; evaluation uses
 a held-out problem set (another generator seed), one episode per problem.
+
+Two choices, measured together (tiny-1m, 400 SFT steps, 300 held-out
+problems, greedy): the teacher shows its work ("5 + 3 = 8" on a line before
+the answer tag), and there is no system message. With the bare answer after
+the env's instruction, SFT reached 0.09 (0.12 on its own training problems: it
+guessed); with both, 0.617 in the demo (0.667 in a bare-trainer run). Writing
+the operands out first leaves the model one addition of two numbers it has
+just written; a fixed instruction tells a model trained from scratch nothing
+and was a third of every sequence's tokens.
 """
 
 from __future__ import annotations
@@ -16,10 +25,13 @@ RECIPE = Recipe(
     name="arithmetic",
     env=EnvConfig(name="arithmetic", kwargs={"n": 4000, "seed": 0, "difficulty": "easy"}),
     eval_env=EnvConfig(name="arithmetic", kwargs={"n": 300, "seed": 1, "difficulty": "easy"}),
-    agent=AgentConfig(parser=ComponentConfig(name="xml_tag", kwargs={"tag": "answer"}),
-                      sampling=SamplingConfig(max_tokens=20), max_turns=1),
+    # "20 + 20 = 40\n<answer>40</answer>" is 30 bytes + eos; slack lets a confused model fail visibly.
+    agent=AgentConfig(system_prompt="", parser=ComponentConfig(name="xml_tag", kwargs={"tag": "answer"}),
+                      sampling=SamplingConfig(max_tokens=40), max_turns=1),
     teacher="arithmetic_oracle",
+    teacher_kwargs={"show_work": True},
     rl_temperature=1.0,
+    rl_lr=1e-5,  # 1e-4 took greedy accuracy 0.617 -> 0.327 in 30 steps (see the README)
     eval_seed=0,  # seeds 0..299 walk the held-out problems once each
     eval_episodes=300,
     table={"accuracy": "success_rate", "parse errors": "parse_error_rate"},

@@ -29,6 +29,7 @@ class Recipe(FrozenModel):
     keep: KeepRule = KeepRule(min_return=1.0)
     sft_steps: int = Field(400, ge=1, description="SFT steps of the demo chain")
     rl_temperature: float = Field(1.0, gt=0.0, description="sampling temperature of RL rollouts")
+    rl_lr: float = Field(1e-4, gt=0.0, description="learning rate of the demo chain's RL stage")
     eval_seed: int = Field(100_000, description="first env seed of evaluations")
     eval_episodes: int = Field(400, ge=1, description="greedy episodes per evaluation")
     table: dict[str, str] = Field(description="demo table column -> metric key")
