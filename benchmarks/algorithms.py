@@ -4,8 +4,8 @@ second of this CPU.
 Every cell starts from the same SFT checkpoint (the demo's: rejection sampling
 from the recipe's teacher, then SFT), trains for the same wall-clock budget
 with the same rollout settings (64 episodes per step: 8 prompts x group 8, or
-64 prompts without groups; the recipe's RL temperature; the same learning
-rate), then plays the recipe's greedy evaluation. Printed: mean, min and max
+64 prompts without groups; the recipe's RL temperature and learning rate),
+then plays the recipe's greedy evaluation. Printed: mean, min and max
 over seeds of the headline metric (tic-tac-toe: mean of X and O win+draw;
 arithmetic: accuracy), its change over the SFT row, and the steps each cell
 managed. Written: results.json and
@@ -111,7 +111,7 @@ def main() -> None:
     ap.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS), choices=list(ALGORITHMS))
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--budget-s", type=float, default=45.0, help="training wall-clock seconds per cell")
-    ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument("--lr", type=float, help="learning rate of every cell (default: each recipe's rl_lr)")
     ap.add_argument("--episodes", type=int, default=64, help="episodes per step (prompts x group size)")
     ap.add_argument("--start", action="append", default=[], metavar="RECIPE=MODEL_DIR")
     ap.add_argument("--demo-dir", default="runs/demo", help="where SFT checkpoints are made when not given")
@@ -125,19 +125,20 @@ def main() -> None:
     starts = dict(s.split("=", 1) for s in args.start)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    results: dict = {"budget_s": args.budget_s, "lr": args.lr, "seeds": args.seeds, "recipes": {}}
+    results: dict = {"budget_s": args.budget_s, "seeds": args.seeds, "recipes": {}}
     for name in args.recipes:
         recipe = get_recipe(name)
         start = starts.get(name) or sft_checkpoint(name, args.demo_dir)
         sft_metrics = evaluate(LocalChatClient(start), recipe)
-        rec = results["recipes"][name] = {"start": start, "sft": headline(name, sft_metrics), "cells": {}}
-        print(f"\n{name}: SFT checkpoint {start} scores {rec['sft']:.3f}", flush=True)
+        lr = args.lr or recipe.rl_lr
+        rec = results["recipes"][name] = {"start": start, "sft": headline(name, sft_metrics), "lr": lr, "cells": {}}
+        print(f"\n{name}: SFT checkpoint {start} scores {rec['sft']:.3f}; lr {lr}", flush=True)
         for algo in args.algorithms:
             if algo in MULTI_TURN_ONLY and recipe.agent.max_turns == 1:
                 continue
             runs = []
             for seed in range(args.seeds):
-                cell = run_cell(recipe, start, ALGORITHMS[algo], seed, args.budget_s, args.lr, args.episodes)
+                cell = run_cell(recipe, start, ALGORITHMS[algo], seed, args.budget_s, lr, args.episodes)
                 runs.append(cell)
                 print(f"  {algo:<19} seed {seed}: {cell['score']:.3f} after {cell['steps']} steps", flush=True)
             rec["cells"][algo] = runs
@@ -154,7 +155,8 @@ def main() -> None:
     panels = {name: {algo: [r["curve"] for r in runs] for algo, runs in rec["cells"].items()}
               for name, rec in results["recipes"].items()}
     png = curves_png(panels, out / "curves.png", xlabel="step", ylabel="reward_mean (training samples)")
-    print(f"\n{args.seeds} seeds x {args.budget_s:.0f} s per cell, lr {args.lr}; "
+    lrs = ", ".join(f"{name} {rec['lr']}" for name, rec in results["recipes"].items())
+    print(f"\n{args.seeds} seeds x {args.budget_s:.0f} s per cell, lr {lrs}; "
           f"{out / 'results.json'}, {png}")
 
 

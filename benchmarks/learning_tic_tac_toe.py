@@ -18,9 +18,10 @@ import time
 from pathlib import Path
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="runs/learn")
+def main(recipe: str = "tic_tac_toe", out: str = "runs/learn", doc: str = __doc__) -> None:
+    """The demo chain on `recipe`, timed, its table printed (learning_arithmetic.py reuses this)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--out", default=out)
     ap.add_argument("--sft-steps", type=int)
     ap.add_argument("--rl-steps", type=int)
     ap.add_argument("--rl-lr", type=float)
@@ -30,7 +31,7 @@ def main() -> None:
     from flows.demo import DemoConfig, demo
 
     overrides = {"sft_steps": args.sft_steps, "rl_steps": args.rl_steps, "rl_lr": args.rl_lr, "seed": args.seed}
-    cfg = DemoConfig(recipe="tic_tac_toe", run_dir=args.out, progress_bar=False,
+    cfg = DemoConfig(recipe=recipe, run_dir=args.out, progress_bar=False,
                      **{k: v for k, v in overrides.items() if v is not None})
     t = time.perf_counter()
     result = demo(cfg)
@@ -39,8 +40,7 @@ def main() -> None:
     print(f"\n{'stage':<12}" + "".join(f"{c:>12}" for c in cols))
     for row in result["rows"]:
         print(f"{row['stage']:<12}" + "".join(f"{row[c]:>12}" for c in cols))
-    print(f"total wall time {total:.1f} s ({result['eval_episodes']} greedy games per evaluation, "
-          "half as X and half as O)")
+    print(f"total wall time {total:.1f} s ({result['eval_episodes']} greedy episodes per evaluation)")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "learning.json").write_text(json.dumps({**result, "total_s": total, "config": cfg.model_dump()},
                                                              indent=1))
