@@ -8,14 +8,19 @@ with the same rollout settings (64 episodes per step: 8 prompts x group 8, or
 then plays the recipe's greedy evaluation. Printed: mean, min and max
 over seeds of the headline metric (tic-tac-toe: mean of X and O win+draw;
 arithmetic: accuracy), its change over the SFT row, and the steps each cell
-managed. Written: results.json and
+managed. The `sft_more` row is the control every RL row needs: the same start,
+lr and budget spent on more SFT on the teacher's data (64 examples a step),
+so a change the RL rows share with it comes from training further at all,
+not from RL.
+Written: results.json and
 curves.png (reward_mean by step, mean over seeds with a min-max band).
 
     .venv/bin/python benchmarks/algorithms.py [--recipes tic_tac_toe arithmetic]
-        [--seeds 3] [--budget-s 45] [--out runs/algorithms]
+        [--seeds 3] [--budget-s 45] [--sft-steps N] [--out runs/algorithms]
 
 An SFT checkpoint is made by the demo's own stages (flows.demo.teacher_to_sft,
-under --demo-dir/RECIPE) unless `--start RECIPE=MODEL_DIR` names one.
+under --demo-dir/RECIPE) unless `--start RECIPE=MODEL_DIR` names one; the
+control's teacher data likewise, unless `--data RECIPE=DATASET_DIR` does.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from ludic_core.config import (
     GSPOConfig,
     ReinforceBaselineConfig,
     ScaleRLConfig,
+    SFTConfig,
 )
 
 GROUP = 8
@@ -44,6 +50,8 @@ ALGORITHMS = {
     "gspo": GSPOConfig(group_size=GROUP),
     "cispo": CISPOConfig(group_size=GROUP),
     "scalerl": ScaleRLConfig(group_size=GROUP),
+    # the control: more SFT on the teacher's data, same lr, budget and examples per step
+    "sft_more": SFTConfig(),
 }
 MULTI_TURN_ONLY = {"grpo_turn"}  # identical to grpo on one-turn episodes
 
@@ -61,32 +69,43 @@ def evaluate(client, recipe) -> dict[str, float]:
     return evaluate_policy(client, recipe.eval_env, recipe.agent, seeds=seeds, temperature=0.0)
 
 
-def sft_checkpoint(recipe_name: str, demo_dir: str) -> str:
-    from flows.demo import DemoConfig, teacher_to_sft
+def demo_stages(recipe_name: str, demo_dir: str, *, sft: bool, sft_steps: int | None = None
+                ) -> tuple[str, str | None]:
+    """(teacher dataset, SFT checkpoint or None), made by the demo's own stages
+    under demo_dir/RECIPE (RECIPE-sftN for a step count other than the recipe's);
+    a rerun finds what exists."""
+    from flows.demo import DemoConfig, teacher_data, teacher_to_sft
     from ludic_core.models import build_tiny_model
     from ludic_core.recipes.recipe import get_recipe
 
-    cfg = DemoConfig(recipe=recipe_name, run_dir=f"{demo_dir}/{recipe_name}", progress_bar=False)
+    run_dir = f"{demo_dir}/{recipe_name}" + (f"-sft{sft_steps}" if sft_steps else "")
+    cfg = DemoConfig(recipe=recipe_name, run_dir=run_dir, sft_steps=sft_steps, progress_bar=False)
     model = str(build_tiny_model(f"{cfg.out}/models/{cfg.preset}", cfg.preset, seed=cfg.seed))
-    return teacher_to_sft(cfg, get_recipe(recipe_name), model)[1]
+    recipe = get_recipe(recipe_name)
+    return teacher_to_sft(cfg, recipe, model) if sft else (teacher_data(cfg, recipe, model), None)
 
 
-def run_cell(recipe, start: str, algorithm, seed: int, budget_s: float, lr: float, episodes: int = 64) -> dict:
-    """Train from `start` for `budget_s` seconds (whole steps), then evaluate."""
+def run_cell(recipe, start: str, algorithm, seed: int, budget_s: float, lr: float, episodes: int = 64,
+             dataset: str | None = None) -> dict:
+    """Train from `start` for `budget_s` seconds (whole steps), then evaluate.
+    An SFT `algorithm` trains on `dataset`, `episodes` examples a step."""
     from flows.demo import rl_agent
     from ludic_core.algorithms import build_algorithm
     from ludic_core.config import TrainerConfig
     from ludic_core.models import load_model_and_tokenizer
     from ludic_core.recipes.configs import SeedSchedule
     from ludic_core.training.stage_data import batch_source, inference
-    from ludic_core.training.stage_spec import RolloutData, StageSpec, group_size_of
+    from ludic_core.training.stage_spec import DatasetData, RolloutData, StageSpec, group_size_of
     from ludic_core.training.trainer import Trainer
 
     per_step = max(episodes // group_size_of(algorithm), 1)  # the same episodes per step with or without groups
+    if isinstance(algorithm, SFTConfig):
+        data = DatasetData(path=dataset, batch_size=episodes)
+    else:
+        data = RolloutData(env=recipe.env, agent=rl_agent(recipe), requests_per_step=per_step,
+                           schedule=SeedSchedule(start=1_000 + 100_000 * seed))
     spec = StageSpec(model_path=start, checkpoint_dir="/nonexistent", algorithm=algorithm, until_step=1,
-                     trainer=TrainerConfig(lr=lr, micro_token_budget=16384, max_seq_len=512, seed=seed),
-                     data=RolloutData(env=recipe.env, agent=rl_agent(recipe), requests_per_step=per_step,
-                                      schedule=SeedSchedule(start=1_000 + 100_000 * seed)))
+                     trainer=TrainerConfig(lr=lr, micro_token_budget=16384, max_seq_len=512, seed=seed), data=data)
     model, tok = load_model_and_tokenizer(start)
     client, publisher = inference(spec, start)
     algo = build_algorithm(algorithm)
@@ -96,7 +115,7 @@ def run_cell(recipe, start: str, algorithm, seed: int, budget_s: float, lr: floa
     try:
         while time.perf_counter() - t0 < budget_s:
             (m,) = trainer.train(trainer.step + 1)
-            curve.append((trainer.step, float(m.get("reward_mean", float("nan")))))
+            curve.append((trainer.step, float(m.get("reward_mean", float("nan")))))  # NaN for SFT
     finally:
         trainer.close()
     seconds = time.perf_counter() - t0
@@ -114,7 +133,10 @@ def main() -> None:
     ap.add_argument("--lr", type=float, help="learning rate of every cell (default: each recipe's rl_lr)")
     ap.add_argument("--episodes", type=int, default=64, help="episodes per step (prompts x group size)")
     ap.add_argument("--start", action="append", default=[], metavar="RECIPE=MODEL_DIR")
+    ap.add_argument("--data", action="append", default=[], metavar="RECIPE=DATASET_DIR",
+                    help="the teacher data of the sft_more control (default: the demo's, made when missing)")
     ap.add_argument("--demo-dir", default="runs/demo", help="where SFT checkpoints are made when not given")
+    ap.add_argument("--sft-steps", type=int, help="SFT steps of the starts made here (default: each recipe's)")
     ap.add_argument("--out", default="runs/algorithms")
     args = ap.parse_args()
 
@@ -123,12 +145,18 @@ def main() -> None:
     from ludic_core.recipes.recipe import get_recipe
 
     starts = dict(s.split("=", 1) for s in args.start)
+    datasets = dict(s.split("=", 1) for s in args.data)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results: dict = {"budget_s": args.budget_s, "seeds": args.seeds, "recipes": {}}
     for name in args.recipes:
         recipe = get_recipe(name)
-        start = starts.get(name) or sft_checkpoint(name, args.demo_dir)
+        dataset, start = datasets.get(name), starts.get(name)
+        if start is None:
+            made, start = demo_stages(name, args.demo_dir, sft=True, sft_steps=args.sft_steps)
+            dataset = dataset or made
+        elif dataset is None and "sft_more" in args.algorithms:
+            dataset = demo_stages(name, args.demo_dir, sft=False, sft_steps=args.sft_steps)[0]
         sft_metrics = evaluate(LocalChatClient(start), recipe)
         lr = args.lr or recipe.rl_lr
         rec = results["recipes"][name] = {"start": start, "sft": headline(name, sft_metrics), "lr": lr, "cells": {}}
@@ -138,7 +166,7 @@ def main() -> None:
                 continue
             runs = []
             for seed in range(args.seeds):
-                cell = run_cell(recipe, start, ALGORITHMS[algo], seed, args.budget_s, lr, args.episodes)
+                cell = run_cell(recipe, start, ALGORITHMS[algo], seed, args.budget_s, lr, args.episodes, dataset)
                 runs.append(cell)
                 print(f"  {algo:<19} seed {seed}: {cell['score']:.3f} after {cell['steps']} steps", flush=True)
             rec["cells"][algo] = runs
@@ -152,7 +180,8 @@ def main() -> None:
             mean = statistics.fmean(scores)
             print(f"{name:<12} {algo:<19} {mean:>6.3f} {min(scores):>6.3f} {max(scores):>6.3f} "
                   f"{mean - rec['sft']:>+7.3f} {statistics.fmean(r['steps'] for r in runs):>6.1f}")
-    panels = {name: {algo: [r["curve"] for r in runs] for algo, runs in rec["cells"].items()}
+    panels = {name: {algo: [r["curve"] for r in runs] for algo, runs in rec["cells"].items()
+                     if not isinstance(ALGORITHMS[algo], SFTConfig)}  # no samples, no reward curve
               for name, rec in results["recipes"].items()}
     png = curves_png(panels, out / "curves.png", xlabel="step", ylabel="reward_mean (training samples)")
     lrs = ", ".join(f"{name} {rec['lr']}" for name, rec in results["recipes"].items())

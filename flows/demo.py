@@ -59,15 +59,20 @@ def _evaluate(model_path: str, recipe: Recipe, cfg: DemoConfig) -> dict[str, flo
     return evaluate_policy(ModelPolicy(model_path=model_path), recipe.eval_env, recipe.agent, seeds=seeds)
 
 
-def teacher_to_sft(cfg: DemoConfig, recipe: Recipe, model_path: str) -> tuple[str, str]:
-    """Rejection sampling from the recipe's teacher, then SFT of `model_path` on
-    what was kept: (dataset dir, SFT model dir). The RL stage (and
-    benchmarks/algorithms.py) start from that model."""
-    run, steps = cfg.out, cfg.sft_steps or recipe.sft_steps
-    dataset = rejection_sampling(RejectionSamplingConfig(
+def teacher_data(cfg: DemoConfig, recipe: Recipe, model_path: str) -> str:
+    """Rejection sampling from the recipe's teacher, tokenised for `model_path`:
+    the dataset dir (made once; a rerun finds it)."""
+    return rejection_sampling(RejectionSamplingConfig(
         env=recipe.env, agent=recipe.agent, student_path=model_path, prompts=cfg.teacher_episodes,
         teacher=ScriptedPolicy(policy=recipe.teacher, kwargs=recipe.teacher_kwargs),
-        keep=recipe.keep, out_dir=f"{run}/rejection"))
+        keep=recipe.keep, out_dir=f"{cfg.out}/rejection"))
+
+
+def teacher_to_sft(cfg: DemoConfig, recipe: Recipe, model_path: str) -> tuple[str, str]:
+    """`teacher_data`, then SFT of `model_path` on it: (dataset dir, SFT model
+    dir). The RL stage (and benchmarks/algorithms.py) start from that model."""
+    run, steps = cfg.out, cfg.sft_steps or recipe.sft_steps
+    dataset = teacher_data(cfg, recipe, model_path)
     sft_model = sft(SFTFlowConfig(
         model_path=model_path, dataset_path=dataset, out_dir=f"{run}/sft", steps=steps,
         steps_per_stage=max(steps // 4, 1), launcher=cfg.launcher, progress_bar=cfg.progress_bar,
