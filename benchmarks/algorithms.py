@@ -16,7 +16,8 @@ Written: results.json and
 curves.png (reward_mean by step, mean over seeds with a min-max band).
 
     .venv/bin/python benchmarks/algorithms.py [--recipes tic_tac_toe arithmetic]
-        [--seeds 3] [--budget-s 45] [--sft-steps N] [--out runs/algorithms]
+        [--seeds 3] [--budget-s 45] [--lr LR] [--warmup-steps W] [--sft-steps N]
+        [--teacher-episodes K] [--out runs/algorithms]
 
 An SFT checkpoint is made by the demo's own stages (flows.demo.teacher_to_sft,
 under --demo-dir/RECIPE) unless `--start RECIPE=MODEL_DIR` names one; the
@@ -69,24 +70,26 @@ def evaluate(client, recipe) -> dict[str, float]:
     return evaluate_policy(client, recipe.eval_env, recipe.agent, seeds=seeds, temperature=0.0)
 
 
-def demo_stages(recipe_name: str, demo_dir: str, *, sft: bool, sft_steps: int | None = None
-                ) -> tuple[str, str | None]:
+def demo_stages(recipe_name: str, demo_dir: str, *, sft: bool, sft_steps: int | None = None,
+                teacher_episodes: int | None = None) -> tuple[str, str | None]:
     """(teacher dataset, SFT checkpoint or None), made by the demo's own stages
-    under demo_dir/RECIPE (RECIPE-sftN for a step count other than the recipe's);
-    a rerun finds what exists."""
+    under demo_dir/RECIPE (RECIPE-sftN for a step count other than the recipe's,
+    -kK for K teacher episodes instead of the demo's 4096); a rerun finds what exists."""
     from flows.demo import DemoConfig, teacher_data, teacher_to_sft
     from ludic_core.models import build_tiny_model
     from ludic_core.recipes.recipe import get_recipe
 
-    run_dir = f"{demo_dir}/{recipe_name}" + (f"-sft{sft_steps}" if sft_steps else "")
-    cfg = DemoConfig(recipe=recipe_name, run_dir=run_dir, sft_steps=sft_steps, progress_bar=False)
+    run_dir = (f"{demo_dir}/{recipe_name}" + (f"-sft{sft_steps}" if sft_steps else "")
+               + (f"-k{teacher_episodes}" if teacher_episodes else ""))
+    extra = {"teacher_episodes": teacher_episodes} if teacher_episodes else {}
+    cfg = DemoConfig(recipe=recipe_name, run_dir=run_dir, sft_steps=sft_steps, progress_bar=False, **extra)
     model = str(build_tiny_model(f"{cfg.out}/models/{cfg.preset}", cfg.preset, seed=cfg.seed))
     recipe = get_recipe(recipe_name)
     return teacher_to_sft(cfg, recipe, model) if sft else (teacher_data(cfg, recipe, model), None)
 
 
 def run_cell(recipe, start: str, algorithm, seed: int, budget_s: float, lr: float, episodes: int = 64,
-             dataset: str | None = None) -> dict:
+             dataset: str | None = None, warmup_steps: int = 0) -> dict:
     """Train from `start` for `budget_s` seconds (whole steps), then evaluate.
     An SFT `algorithm` trains on `dataset`, `episodes` examples a step."""
     from flows.demo import rl_agent
@@ -105,7 +108,8 @@ def run_cell(recipe, start: str, algorithm, seed: int, budget_s: float, lr: floa
         data = RolloutData(env=recipe.env, agent=rl_agent(recipe), requests_per_step=per_step,
                            schedule=SeedSchedule(start=1_000 + 100_000 * seed))
     spec = StageSpec(model_path=start, checkpoint_dir="/nonexistent", algorithm=algorithm, until_step=1,
-                     trainer=TrainerConfig(lr=lr, micro_token_budget=16384, max_seq_len=512, seed=seed), data=data)
+                     trainer=TrainerConfig(lr=lr, warmup_steps=warmup_steps, micro_token_budget=16384,
+                                                 max_seq_len=512, seed=seed), data=data)
     model, tok = load_model_and_tokenizer(start)
     client, publisher = inference(spec, start)
     algo = build_algorithm(algorithm)
@@ -131,12 +135,16 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--budget-s", type=float, default=45.0, help="training wall-clock seconds per cell")
     ap.add_argument("--lr", type=float, help="learning rate of every cell (default: each recipe's rl_lr)")
+    ap.add_argument("--warmup-steps", type=int, default=0, help="linear lr warmup of every cell (fresh Adam state)")
     ap.add_argument("--episodes", type=int, default=64, help="episodes per step (prompts x group size)")
     ap.add_argument("--start", action="append", default=[], metavar="RECIPE=MODEL_DIR")
     ap.add_argument("--data", action="append", default=[], metavar="RECIPE=DATASET_DIR",
                     help="the teacher data of the sft_more control (default: the demo's, made when missing)")
     ap.add_argument("--demo-dir", default="runs/demo", help="where SFT checkpoints are made when not given")
     ap.add_argument("--sft-steps", type=int, help="SFT steps of the starts made here (default: each recipe's)")
+    ap.add_argument("--teacher-episodes", type=int,
+                    help="teacher episodes behind the starts made here and the control's data (default: the "
+                         "demo's 4096); a few hundred give a start that more SFT on the same data cannot improve")
     ap.add_argument("--out", default="runs/algorithms")
     args = ap.parse_args()
 
@@ -148,15 +156,19 @@ def main() -> None:
     datasets = dict(s.split("=", 1) for s in args.data)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    results: dict = {"budget_s": args.budget_s, "seeds": args.seeds, "recipes": {}}
+    results: dict = {"budget_s": args.budget_s, "seeds": args.seeds, "sft_steps": args.sft_steps,
+                     "warmup_steps": args.warmup_steps,
+                     "teacher_episodes": args.teacher_episodes, "recipes": {}}
     for name in args.recipes:
         recipe = get_recipe(name)
         dataset, start = datasets.get(name), starts.get(name)
         if start is None:
-            made, start = demo_stages(name, args.demo_dir, sft=True, sft_steps=args.sft_steps)
+            made, start = demo_stages(name, args.demo_dir, sft=True, sft_steps=args.sft_steps,
+                                      teacher_episodes=args.teacher_episodes)
             dataset = dataset or made
         elif dataset is None and "sft_more" in args.algorithms:
-            dataset = demo_stages(name, args.demo_dir, sft=False, sft_steps=args.sft_steps)[0]
+            dataset = demo_stages(name, args.demo_dir, sft=False, sft_steps=args.sft_steps,
+                                  teacher_episodes=args.teacher_episodes)[0]
         sft_metrics = evaluate(LocalChatClient(start), recipe)
         lr = args.lr or recipe.rl_lr
         rec = results["recipes"][name] = {"start": start, "sft": headline(name, sft_metrics), "lr": lr, "cells": {}}
@@ -166,7 +178,8 @@ def main() -> None:
                 continue
             runs = []
             for seed in range(args.seeds):
-                cell = run_cell(recipe, start, ALGORITHMS[algo], seed, args.budget_s, lr, args.episodes, dataset)
+                cell = run_cell(recipe, start, ALGORITHMS[algo], seed, args.budget_s, lr, args.episodes, dataset,
+                                args.warmup_steps)
                 runs.append(cell)
                 print(f"  {algo:<19} seed {seed}: {cell['score']:.3f} after {cell['steps']} steps", flush=True)
             rec["cells"][algo] = runs
