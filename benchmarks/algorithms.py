@@ -109,7 +109,7 @@ def run_cell(recipe, start: str, algorithm, seed: int, budget_s: float, lr: floa
                            schedule=SeedSchedule(start=1_000 + 100_000 * seed))
     spec = StageSpec(model_path=start, checkpoint_dir="/nonexistent", algorithm=algorithm, until_step=1,
                      trainer=TrainerConfig(lr=lr, warmup_steps=warmup_steps, micro_token_budget=16384,
-                                                 max_seq_len=512, seed=seed), data=data)
+                                           max_seq_len=512, seed=seed), data=data)
     model, tok = load_model_and_tokenizer(start)
     client, publisher = inference(spec, start)
     algo = build_algorithm(algorithm)
