@@ -16,7 +16,7 @@ Written: results.json and
 curves.png (reward_mean by step, mean over seeds with a min-max band).
 
     .venv/bin/python benchmarks/algorithms.py [--recipes tic_tac_toe arithmetic]
-        [--seeds 3] [--budget-s 45] [--lr LR] [--warmup-steps W] [--sft-steps N]
+        [--seeds 3] [--budget-s 45] [--lr LR] [--warmup-steps W] [--temperature T] [--sft-steps N]
         [--teacher-episodes K] [--out runs/algorithms]
 
 An SFT checkpoint is made by the demo's own stages (flows.demo.teacher_to_sft,
@@ -132,10 +132,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--recipes", nargs="+", default=["tic_tac_toe", "arithmetic"])
     ap.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS), choices=list(ALGORITHMS))
-    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--seeds", type=int, default=3, help="seeds per cell (0: build and score the starts only)")
     ap.add_argument("--budget-s", type=float, default=45.0, help="training wall-clock seconds per cell")
     ap.add_argument("--lr", type=float, help="learning rate of every cell (default: each recipe's rl_lr)")
     ap.add_argument("--warmup-steps", type=int, default=0, help="linear lr warmup of every cell (fresh Adam state)")
+    ap.add_argument("--temperature", type=float, help="RL sampling temperature of every cell (default: each recipe's)")
     ap.add_argument("--episodes", type=int, default=64, help="episodes per step (prompts x group size)")
     ap.add_argument("--start", action="append", default=[], metavar="RECIPE=MODEL_DIR")
     ap.add_argument("--data", action="append", default=[], metavar="RECIPE=DATASET_DIR",
@@ -161,6 +162,8 @@ def main() -> None:
                      "teacher_episodes": args.teacher_episodes, "recipes": {}}
     for name in args.recipes:
         recipe = get_recipe(name)
+        if args.temperature is not None:
+            recipe = recipe.model_copy(update={"rl_temperature": args.temperature})
         dataset, start = datasets.get(name), starts.get(name)
         if start is None:
             made, start = demo_stages(name, args.demo_dir, sft=True, sft_steps=args.sft_steps,
@@ -171,9 +174,10 @@ def main() -> None:
                                   teacher_episodes=args.teacher_episodes)[0]
         sft_metrics = evaluate(LocalChatClient(start), recipe)
         lr = args.lr or recipe.rl_lr
-        rec = results["recipes"][name] = {"start": start, "sft": headline(name, sft_metrics), "lr": lr, "cells": {}}
+        rec = results["recipes"][name] = {"start": start, "sft": headline(name, sft_metrics), "lr": lr,
+                                          "temperature": recipe.rl_temperature, "cells": {}}
         print(f"\n{name}: SFT checkpoint {start} scores {rec['sft']:.3f}; lr {lr}", flush=True)
-        for algo in args.algorithms:
+        for algo in args.algorithms if args.seeds > 0 else ():
             if algo in MULTI_TURN_ONLY and recipe.agent.max_turns == 1:
                 continue
             runs = []
