@@ -163,7 +163,7 @@ def main() -> None:
     for name in args.recipes:
         recipe = get_recipe(name)
         if args.temperature is not None:
-            recipe = recipe.model_copy(update={"rl_temperature": args.temperature})
+            recipe = type(recipe).model_validate({**recipe.model_dump(), "rl_temperature": args.temperature})
         dataset, start = datasets.get(name), starts.get(name)
         if start is None:
             made, start = demo_stages(name, args.demo_dir, sft=True, sft_steps=args.sft_steps,
