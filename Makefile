@@ -27,9 +27,10 @@ $(VLLM_STAMP): $(STAMP) ludic_core/inference/vllm_setup.py
 
 vllm: $(VLLM_STAMP)
 
+# --durations: the slowest tests in every CI log, to keep the default suite under 15 minutes
 test: $(STAMP) $(VLLM_STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=15
 
 # the long checks `make test` leaves out (marker `heavy`); .ci/run runs both
 test-heavy: $(STAMP) $(VLLM_STAMP)
-	$(PY) -m pytest -m heavy
+	$(PY) -m pytest -m heavy --durations=10

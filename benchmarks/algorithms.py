@@ -16,12 +16,15 @@ Written: results.json and
 curves.png (reward_mean by step, mean over seeds with a min-max band).
 
     .venv/bin/python benchmarks/algorithms.py [--recipes tic_tac_toe arithmetic]
-        [--seeds 3] [--budget-s 45] [--lr LR] [--warmup-steps W] [--temperature T] [--sft-steps N]
-        [--teacher-episodes K] [--out runs/algorithms]
+        [--seeds 3] [--first-seed 0] [--budget-s 45 | --steps N] [--lr LR] [--warmup-steps W]
+        [--temperature T] [--sft-steps N] [--teacher-episodes K] [--out runs/algorithms]
 
 An SFT checkpoint is made by the demo's own stages (flows.demo.teacher_to_sft,
 under --demo-dir/RECIPE) unless `--start RECIPE=MODEL_DIR` names one; the
 control's teacher data likewise, unless `--data RECIPE=DATASET_DIR` does.
+`--steps N` trains every cell N steps instead of for the wall-clock budget:
+a wall-clock cell gets fewer updates on a slower machine, a step-count cell
+the same number on any machine.
 """
 
 from __future__ import annotations
@@ -89,9 +92,10 @@ def demo_stages(recipe_name: str, demo_dir: str, *, sft: bool, sft_steps: int | 
 
 
 def run_cell(recipe, start: str, algorithm, seed: int, budget_s: float, lr: float, episodes: int = 64,
-             dataset: str | None = None, warmup_steps: int = 0) -> dict:
-    """Train from `start` for `budget_s` seconds (whole steps), then evaluate.
-    An SFT `algorithm` trains on `dataset`, `episodes` examples a step."""
+             dataset: str | None = None, warmup_steps: int = 0, steps: int | None = None) -> dict:
+    """Train from `start` for `budget_s` seconds (whole steps), or exactly `steps`
+    steps when given, then evaluate. An SFT `algorithm` trains on `dataset`,
+    `episodes` examples a step."""
     from flows.demo import rl_agent
     from ludic_core.algorithms import build_algorithm
     from ludic_core.config import TrainerConfig
@@ -117,7 +121,7 @@ def run_cell(recipe, start: str, algorithm, seed: int, budget_s: float, lr: floa
                       publisher=publisher)
     curve, t0 = [], time.perf_counter()
     try:
-        while time.perf_counter() - t0 < budget_s:
+        while trainer.step < steps if steps is not None else time.perf_counter() - t0 < budget_s:
             (m,) = trainer.train(trainer.step + 1)
             curve.append((trainer.step, float(m.get("reward_mean", float("nan")))))  # NaN for SFT
     finally:
@@ -133,7 +137,10 @@ def main() -> None:
     ap.add_argument("--recipes", nargs="+", default=["tic_tac_toe", "arithmetic"])
     ap.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS), choices=list(ALGORITHMS))
     ap.add_argument("--seeds", type=int, default=3, help="seeds per cell (0: build and score the starts only)")
-    ap.add_argument("--budget-s", type=float, default=45.0, help="training wall-clock seconds per cell")
+    ap.add_argument("--first-seed", type=int, default=0, help="seeds run are first-seed .. first-seed+seeds-1")
+    budget = ap.add_mutually_exclusive_group()
+    budget.add_argument("--budget-s", type=float, default=45.0, help="training wall-clock seconds per cell")
+    budget.add_argument("--steps", type=int, help="train every cell exactly this many steps instead")
     ap.add_argument("--lr", type=float, help="learning rate of every cell (default: each recipe's rl_lr)")
     ap.add_argument("--warmup-steps", type=int, default=0, help="linear lr warmup of every cell (fresh Adam state)")
     ap.add_argument("--temperature", type=float, help="RL sampling temperature of every cell (default: each recipe's)")
@@ -157,7 +164,12 @@ def main() -> None:
     datasets = dict(s.split("=", 1) for s in args.data)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    results: dict = {"budget_s": args.budget_s, "seeds": args.seeds, "sft_steps": args.sft_steps,
+    if args.steps is not None and args.steps < 1:
+        ap.error(f"--steps must be at least 1, got {args.steps}")
+    if args.first_seed < 0:
+        ap.error(f"--first-seed must be at least 0, got {args.first_seed}")
+    results: dict = {"budget_s": None if args.steps else args.budget_s, "steps": args.steps,
+                     "seeds": list(range(args.first_seed, args.first_seed + args.seeds)), "sft_steps": args.sft_steps,
                      "warmup_steps": args.warmup_steps,
                      "teacher_episodes": args.teacher_episodes, "recipes": {}}
     for name in args.recipes:
@@ -181,9 +193,10 @@ def main() -> None:
             if algo in MULTI_TURN_ONLY and recipe.agent.max_turns == 1:
                 continue
             runs = []
-            for seed in range(args.seeds):
+            for seed in results["seeds"]:
                 cell = run_cell(recipe, start, ALGORITHMS[algo], seed, args.budget_s, lr, args.episodes, dataset,
-                                args.warmup_steps)
+                                args.warmup_steps, args.steps)
+                cell["seed"] = seed
                 runs.append(cell)
                 print(f"  {algo:<19} seed {seed}: {cell['score']:.3f} after {cell['steps']} steps", flush=True)
             rec["cells"][algo] = runs
@@ -202,7 +215,8 @@ def main() -> None:
               for name, rec in results["recipes"].items()}
     png = curves_png(panels, out / "curves.png", xlabel="step", ylabel="reward_mean (training samples)")
     lrs = ", ".join(f"{name} {rec['lr']}" for name, rec in results["recipes"].items())
-    print(f"\n{args.seeds} seeds x {args.budget_s:.0f} s per cell, lr {lrs}; "
+    per_cell = f"{args.steps} steps" if args.steps else f"{args.budget_s:.0f} s"
+    print(f"\n{args.seeds} seeds x {per_cell} per cell, lr {lrs}; "
           f"{out / 'results.json'}, {png}")
 
 
