@@ -162,13 +162,13 @@ def main() -> None:
 
     starts = dict(s.split("=", 1) for s in args.start)
     datasets = dict(s.split("=", 1) for s in args.data)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     if args.steps is not None and args.steps < 1:
         ap.error(f"--steps must be at least 1, got {args.steps}")
     if args.first_seed < 0:
         ap.error(f"--first-seed must be at least 0, got {args.first_seed}")
-    results: dict = {"budget_s": None if args.steps else args.budget_s, "steps": args.steps,
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results: dict = {"budget_s": args.budget_s if args.steps is None else None, "steps": args.steps,
                      "seeds": list(range(args.first_seed, args.first_seed + args.seeds)), "sft_steps": args.sft_steps,
                      "warmup_steps": args.warmup_steps,
                      "teacher_episodes": args.teacher_episodes, "recipes": {}}
@@ -215,7 +215,7 @@ def main() -> None:
               for name, rec in results["recipes"].items()}
     png = curves_png(panels, out / "curves.png", xlabel="step", ylabel="reward_mean (training samples)")
     lrs = ", ".join(f"{name} {rec['lr']}" for name, rec in results["recipes"].items())
-    per_cell = f"{args.steps} steps" if args.steps else f"{args.budget_s:.0f} s"
+    per_cell = f"{args.budget_s:.0f} s" if args.steps is None else f"{args.steps} steps"
     print(f"\n{args.seeds} seeds x {per_cell} per cell, lr {lrs}; "
           f"{out / 'results.json'}, {png}")
 
