@@ -154,9 +154,12 @@ def shard_model(model: nn.Module, ctx: DistContext, *, mixed_precision: bool = F
     """
     if not ctx.is_distributed:
         return model
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    kwargs: dict[str, Any] = {}
+    # An explicit mesh on the ranks' own device type: FSDP2's default mesh is CUDA whenever
+    # torch sees a GPU, so gloo CPU ranks on a 1-GPU machine asked for cuda:1 and crashed.
+    kwargs: dict[str, Any] = {"mesh": init_device_mesh(ctx.device.type, (ctx.world_size,))}
     if mixed_precision:
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     if ctx.device.type == "cuda":
