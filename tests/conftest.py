@@ -98,7 +98,7 @@ def teacher_dataset(tiny_model_and_tokenizer, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def format_tuned_model_dir(tiny_model_dir, tmp_path_factory):
+def format_tuned_model_dir(tiny_model_dir, tmp_path_factory, device):
     """The tiny model after a few seconds of plain cross-entropy on teacher replies.
 
     An untrained byte-level model almost never emits eos, so every reply is cut
@@ -118,7 +118,7 @@ def format_tuned_model_dir(tiny_model_dir, tmp_path_factory):
     from ludic_core.models import load_model_and_tokenizer
     from ludic_core.parsers import xml_tag_parser
 
-    model, tok = load_model_and_tokenizer(tiny_model_dir)
+    model, tok = load_model_and_tokenizer(tiny_model_dir, device=str(device))
     teacher = ScriptedChatClient(scripted_tic_tac_toe_policy("minimax", seed=0), tok)
 
     async def collect():
@@ -144,7 +144,7 @@ def format_tuned_model_dir(tiny_model_dir, tmp_path_factory):
             seq = t.prompt_token_ids + t.completion_token_ids
             ids[i, : len(seq)] = torch.tensor(seq)
             labels[i, len(t.prompt_token_ids) : len(seq)] = torch.tensor(t.completion_token_ids)
-        loss = model(input_ids=ids, labels=labels).loss
+        loss = model(input_ids=ids.to(device), labels=labels.to(device)).loss
         opt.zero_grad()
         loss.backward()
         opt.step()

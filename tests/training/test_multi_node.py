@@ -22,9 +22,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _spec(model, data, ckpt, nodes=NodeSettings()):
+def _spec(model, data, ckpt, nodes=NodeSettings(), device="auto"):
     return StageSpec(model_path=str(model), checkpoint_dir=str(ckpt), algorithm=SFTConfig(),
-                     trainer=TrainerConfig(lr=1e-3, micro_token_budget=4096, max_seq_len=256),
+                     trainer=TrainerConfig(lr=1e-3, micro_token_budget=4096, max_seq_len=256, device=device),
                      data=DatasetData(path=str(data), batch_size=8), until_step=2, nodes=nodes)
 
 
@@ -59,7 +59,9 @@ def _weights(model_dir):
 def test_two_loopback_nodes_train_what_one_node_with_two_ranks_trains(tiny_model_dir, teacher_dataset, tmp_path):
     nodes = NodeSettings(nnodes=2, rdzv_endpoint=f"127.0.0.1:{_free_port()}", rdzv_id="loopback",
                          join_timeout_s=120)
-    spec = _spec(tiny_model_dir, teacher_dataset, tmp_path / "two-nodes", nodes)
+    # CPU ranks over gloo: two loopback "nodes" on one machine would both bind cuda:0 (NCCL refuses
+    # two ranks on one GPU); real nodes each have their own GPUs.
+    spec = _spec(tiny_model_dir, teacher_dataset, tmp_path / "two-nodes", nodes, device="cpu")
     results, errors = [None, None], []
 
     def node(i):
@@ -78,7 +80,8 @@ def test_two_loopback_nodes_train_what_one_node_with_two_ranks_trains(tiny_model
     for r in results:  # each node reports the job it was part of
         assert (r["step"], r["world_size"], r["checkpoint"]) == (2, 2, results[0]["checkpoint"])
 
-    single = run_torchrun(_spec(tiny_model_dir, teacher_dataset, tmp_path / "one-node"), 2, on_line=lambda line: None)
+    single = run_torchrun(_spec(tiny_model_dir, teacher_dataset, tmp_path / "one-node", device="cpu"), 2,
+                          on_line=lambda line: None)
     assert single["world_size"] == 2
     a, b = _weights(results[0]["model_path"]), _weights(single["model_path"])
     start = _weights(tiny_model_dir)

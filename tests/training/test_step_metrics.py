@@ -114,7 +114,7 @@ def test_kl_to_the_reference_compares_with_the_starting_weights_even_after_resum
 
     def on_policy(tr):  # fill the actor log-probs with the policy's current ones (a fresh synchronous batch)
         for item in items:
-            ids = torch.tensor([item.input_ids])
+            ids = torch.tensor([item.input_ids], device=tr.ctx.device)
             with torch.no_grad():
                 lp, _ = tr.scorer(ids, torch.ones_like(ids), 0, None, need_entropy=False)
             item.actor_logprobs = [0.0] + lp[0].tolist()
@@ -125,16 +125,18 @@ def test_kl_to_the_reference_compares_with_the_starting_weights_even_after_resum
     for _ in range(3):
         on_policy(ref)
         kls.append(ref.train_step()["kl/kl"])
-    assert kls[0] == pytest.approx(0.0, abs=1e-7) and kls[2] > 1e-5
+    # "0" up to fp32 rounding: on a GPU, GEMMs of other shapes round differently (~2e-6 seen);
+    # a moved policy reads 0.29, then 0.81
+    assert kls[0] == pytest.approx(0.0, abs=1e-5) and kls[2] > 1e-2
     ref.save_checkpoint()
 
     resumed = trainer(make_grpo(kl_coef=0.1, kl_to="reference"))  # built from the starting model dir again
     assert resumed.resume()
     on_policy(resumed)
-    assert resumed.train_step()["kl/kl"] > 1e-5  # the resumed policy is still compared with the start
+    assert resumed.train_step()["kl/kl"] > 1e-2  # the resumed policy is still compared with the start
 
     behaviour = trainer(make_grpo(kl_coef=0.1, kl_to="behaviour"))
     assert behaviour.ref_scorer is None
     for _ in range(2):
         on_policy(behaviour)
-        assert behaviour.train_step()["kl/kl"] == pytest.approx(0.0, abs=1e-7)
+        assert behaviour.train_step()["kl/kl"] == pytest.approx(0.0, abs=1e-5)
