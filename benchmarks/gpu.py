@@ -26,8 +26,8 @@ Sections (`--sections`, all by default):
   arithmetic problems with a numeric verifier. TRL's GRPOTrainer: the same
   prompts and verifier, one 128-completion generation and one optimizer step
   per step (use_vllm False, gradient checkpointing off, fp32 master weights +
-  bf16 autocast). Order A B A (half of ludic's steps before TRL's, half after)
-  to share drift; medians after a warm-up step.
+  bf16 autocast). ludic's steps first, then TRL's alone (both at once do
+  not fit one 80 GB GPU); medians after a warm-up step.
 Steps are interleaved and medians reported; nothing is asserted about time.
 
     python benchmarks/gpu.py                          # on a CUDA machine
@@ -387,33 +387,42 @@ def section_grpo(args, s: Sizes, device: torch.device) -> None:
           f"T=0.7, KL 0, bf16, no vLLM")
     trainer, source = ludic_grpo(args, s, device, msgs, answers)
     ludic, rollout_s, lengths = [], [], []
-
-    def ludic_steps(k: int) -> None:
-        for _ in range(k):
-            sync(device)
-            t0 = time.perf_counter()
-            trainer.train_step()
-            sync(device)
-            ludic.append(time.perf_counter() - t0)
-            rollout_s.append(source.engine.stats["seconds"])
-            rs = source.last_rollouts
-            lengths.append(sum(len(st.trace.completion_token_ids) for r in rs for st in r.steps if st.trace)
-                           / max(len(rs), 1))
-
-    ludic_steps(1 + (n_steps + 1) // 2)  # warm-up, then A ...
+    for _ in range(1 + n_steps):  # a warm-up step, then the timed ones
+        sync(device)
+        t0 = time.perf_counter()
+        trainer.train_step()
+        sync(device)
+        ludic.append(time.perf_counter() - t0)
+        rollout_s.append(source.engine.stats["seconds"])
+        rs = source.last_rollouts
+        lengths.append(sum(len(st.trace.completion_token_ids) for r in rs for st in r.steps if st.trace)
+                       / max(len(rs), 1))
     del ludic[0], rollout_s[0], lengths[0]
-    trl_result = trl_grpo(args, s, device, msgs, answers)  # ... B ...
-    ludic_steps(n_steps // 2)  # ... A
     med = statistics.median(ludic)
     stats = trainer.publisher.client.stats
-    print(f"ludic decoded {stats['requests']} requests in {stats['batches']} batches (largest {stats['max_batch']})")
+    peak = f"{gib(torch.cuda.max_memory_allocated(device))} GiB peak" if device.type == "cuda" else ""
+    print(f"ludic decoded {stats['requests']} requests in {stats['batches']} batches (largest {stats['max_batch']})"
+          f"  {peak}")
     print(f"{'trainer':<18}{'median step s':>14}{'rollout s':>10}{'mean completion':>16}")
     print(f"{'ludic':<18}{med:>14.3f}{statistics.median(rollout_s):>10.3f}{statistics.mean(lengths):>16.1f}")
+    # TRL runs alone: both at once do not fit one 80 GB GPU (TRL scores 128 full-vocab rows at once),
+    # so the two are not interleaved; ludic's model, optimizer and client copy are freed first.
+    del trainer, source
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+    try:
+        trl_result = trl_grpo(args, s, device, msgs, answers)
+    except torch.cuda.OutOfMemoryError as exc:
+        print(f"{'TRL GRPOTrainer':<18}{'OOM':>14}  ({str(exc).splitlines()[0][:90]})")
+        return
     if trl_result and trl_result[0]:
         steps, trl_lengths = trl_result
         trl_med = statistics.median(steps)
         mean_len = f"{statistics.mean(trl_lengths):>16.1f}" if trl_lengths else f"{'?':>16}"
-        print(f"{'TRL GRPOTrainer':<18}{trl_med:>14.3f}{'-':>10}{mean_len}")
+        peak = f"  {gib(torch.cuda.max_memory_allocated(device))} GiB peak" if device.type == "cuda" else ""
+        print(f"{'TRL GRPOTrainer':<18}{trl_med:>14.3f}{'-':>10}{mean_len}{peak}")
         print(f"ratio (TRL step s / ludic step s): {trl_med / med:.2f}x   (> 1: ludic faster)")
 
 
