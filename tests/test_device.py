@@ -5,7 +5,7 @@ import torch
 from pydantic import ValidationError
 
 from ludic_core.config import LocalInferenceConfig, TrainerConfig
-from ludic_core.device import cuda_available, place_model, resolve_device, resolve_dtype
+from ludic_core.device import attention_backends, cuda_available, place_model, resolve_device, resolve_dtype
 from ludic_core.training.distributed import check_ranks_fit_gpus, init_distributed
 
 
@@ -102,3 +102,15 @@ def test_torch_free_configs_accept_exactly_the_device_specs_of_ludic_core_device
     from ludic_core import config, device
 
     assert config._DEVICE_PATTERN == device.DEVICE_PATTERN  # stated twice: configs must not import torch
+
+
+def test_cuda_forwards_run_without_cudnn_attention_and_restore_the_flags():
+    # cuDNN's SDPA plans every new shape on the host (see attention_backends); the flags only
+    # change inside the context, and only for CUDA devices
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    with attention_backends(torch.device("cpu")):
+        assert torch.backends.cuda.cudnn_sdp_enabled() == before
+    with attention_backends(torch.device("cuda", 0)):
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        assert torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
+    assert torch.backends.cuda.cudnn_sdp_enabled() == before

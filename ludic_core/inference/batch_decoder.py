@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ludic_core.device import model_device
+from ludic_core.device import attention_backends, model_device
 from ludic_core.inference.sampling import SamplingConfig
 from ludic_core.inference.token_sampler import sample_tokens, step_uniforms
 
@@ -88,6 +88,10 @@ class BatchDecoder:
             raise ValueError("one SamplingConfig per prompt is required")
         if not prompts:
             return []
+        with attention_backends(model_device(self.model)):
+            return self._generate(prompts, samplings)
+
+    def _generate(self, prompts: Sequence[Sequence[int]], samplings: Sequence[SamplingConfig]) -> list[Generation]:
         rows = [self._make_row(p, s) for p, s in zip(prompts, samplings)]
         device = model_device(self.model)
         width = max(len(r.prompt) for r in rows)

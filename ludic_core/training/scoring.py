@@ -18,12 +18,14 @@ micro-batch). Two cuts, both exact:
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 from typing import Any
 
 import torch
 
+from ludic_core.device import attention_backends
 from ludic_core.losses import linear_token_logprobs, token_entropy, token_logprobs
 
 __all__ = ["PolicyScorer"]
@@ -67,11 +69,18 @@ class PolicyScorer:
     def _autocast(self) -> torch.autocast:
         return torch.autocast(self.device_type, dtype=self.compute_dtype, enabled=self.compute_dtype != torch.float32)
 
+    def _forward_context(self) -> contextlib.ExitStack:
+        """Autocast plus the attention kernels the library runs under (`attention_backends`)."""
+        stack = contextlib.ExitStack()
+        stack.enter_context(self._autocast())
+        stack.enter_context(attention_backends(torch.device(self.device_type)))
+        return stack
+
     def _hidden_states(self, ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor | None:
         captured: list[Any] = []
         hook = self.decoder.register_forward_hook(lambda _m, _a, out: captured.append(out))
         try:
-            with self._autocast():
+            with self._forward_context():
                 last = self.model(input_ids=ids, attention_mask=attention_mask, logits_to_keep=1,
                                   **self.no_cache).logits
         finally:
@@ -105,7 +114,7 @@ class PolicyScorer:
     def _from_logits(self, ids, attention_mask, start, temperatures, need_entropy):
         kwargs = {"logits_to_keep": ids.shape[1] - start} if self.keeps_logits and start else {}
         kwargs.update(self.no_cache)
-        with self._autocast():
+        with self._forward_context():
             logits = self.model(input_ids=ids, attention_mask=attention_mask, **kwargs).logits
         logits = logits[:, -(ids.shape[1] - start):]  # models that ignore logits_to_keep
         entropy = token_entropy(_scaled(logits[:, :-1], temperatures)) if need_entropy else None
