@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
 import shutil
 import uuid
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +29,15 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from ludic_core.training.checkpoint_state import (
+    decode,
+    encode,
+    jsonable_entries,
+    map_device_states,
+    restore_rng,
+    rng_snapshot,
+    to_tensor,
+)
 from ludic_core.training.distributed import DistContext, all_gather_json, broadcast_object_json
 
 __all__ = ["latest_checkpoint", "load_checkpoint", "load_model_weights", "save_checkpoint"]
@@ -40,57 +47,6 @@ _STEP_DIR = re.compile(r"^step_(\d{8})$")
 _REQUIRED = ("trainer_state.json", "optimizer.json", "optimizer.safetensors", "rng.safetensors", "scheduler.json")
 # Wrapper infixes that torch.compile / DDP / activation checkpointing add to names.
 _WRAPPER_INFIXES = ("_orig_mod.", "_checkpoint_wrapped_module.", "_fsdp_wrapped_module.")
-
-
-# ---------------------------------------------------------------- JSON <-> tensors codec
-
-
-def _encode(obj: Any, path: str, tensors: dict[str, torch.Tensor]) -> Any:
-    """JSON-able form of `obj`; tensors move to `tensors` under their dotted path."""
-    if isinstance(obj, torch.Tensor):
-        if path in tensors:
-            raise ValueError(f"two tensors share the checkpoint key {path!r}")
-        tensors[path] = obj.detach().to("cpu").contiguous()
-        return {"__tensor__": path}
-    if isinstance(obj, tuple):
-        return {"__tuple__": [_encode(v, f"{path}.{i}", tensors) for i, v in enumerate(obj)]}
-    if isinstance(obj, list):
-        return [_encode(v, f"{path}.{i}", tensors) for i, v in enumerate(obj)]
-    if isinstance(obj, dict):
-        if all(isinstance(k, str) for k in obj):
-            return {k: _encode(v, f"{path}.{k}", tensors) for k, v in obj.items()}
-        return {"__items__": [[k, _encode(v, f"{path}.{k}", tensors)] for k, v in obj.items()]}
-    if obj is None or isinstance(obj, (bool, int, float, str)):
-        return obj
-    raise TypeError(f"cannot store {type(obj).__name__} at {path!r} in a checkpoint (JSON + tensors only)")
-
-
-def _decode(obj: Any, tensors: dict[str, torch.Tensor]) -> Any:
-    if isinstance(obj, list):
-        return [_decode(v, tensors) for v in obj]
-    if not isinstance(obj, dict):
-        return obj
-    if set(obj) == {"__tensor__"}:
-        return tensors[obj["__tensor__"]]
-    if set(obj) == {"__tuple__"}:
-        return tuple(_decode(v, tensors) for v in obj["__tuple__"])
-    if set(obj) == {"__items__"}:
-        return {k: _decode(v, tensors) for k, v in obj["__items__"]}
-    return {k: _decode(v, tensors) for k, v in obj.items()}
-
-
-def _jsonable_entries(state: dict[str, Any], what: str) -> dict[str, Any]:
-    """Keep entries that survive a JSON round trip (LambdaLR keeps callables' state; most is plain)."""
-    kept, dropped = {}, []
-    for k, v in state.items():
-        try:
-            json.dumps(v, allow_nan=True)
-            kept[k] = v
-        except TypeError:
-            dropped.append(k)
-    if dropped:
-        warnings.warn(f"{what}: not saving non-JSON entries {dropped}", stacklevel=3)
-    return kept
 
 
 # ---------------------------------------------------------------- model identity
@@ -142,51 +98,6 @@ def _tied_groups(model: nn.Module) -> list[list[str]]:
     for n, p in model.named_parameters(remove_duplicate=False):
         by_id.setdefault(id(p), []).append(_canonical(n))
     return [names for names in by_id.values() if len(names) > 1]
-
-
-# ---------------------------------------------------------------- RNG
-# A snapshot is JSON (it crosses ranks that way); on disk the torch/CUDA states go to
-# rng.safetensors as uint8 tensors and the rest to trainer_state.json.
-
-
-def _rng_snapshot() -> dict[str, Any]:
-    version, mt, gauss = random.getstate()
-    snap: dict[str, Any] = {"torch_cpu": torch.get_rng_state().tolist(), "python": [version, list(mt), gauss]}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        snap["cuda"] = [s.tolist() for s in torch.cuda.get_rng_state_all()]
-    try:
-        import numpy as np
-
-        name, keys, pos, has_gauss, cached = np.random.get_state()
-        snap["numpy"] = [name, keys.tolist(), int(pos), int(has_gauss), float(cached)]
-    except ImportError:
-        pass
-    return snap
-
-
-def _restore_rng(snap: dict[str, Any]) -> None:
-    torch.set_rng_state(_to_tensor(snap["torch_cpu"]))
-    version, mt, gauss = snap["python"]
-    random.setstate((version, tuple(mt), gauss))
-    if "cuda" in snap and torch.cuda.is_available() and len(snap["cuda"]) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all([_to_tensor(s) for s in snap["cuda"]])
-    if "numpy" in snap:
-        import numpy as np
-
-        name, keys, pos, has_gauss, cached = snap["numpy"]
-        np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
-
-
-def _map_device_states(snap: dict[str, Any], fn) -> dict[str, Any]:
-    """Apply `fn` to the torch CPU and CUDA states (lists <-> uint8 tensors)."""
-    out = dict(snap, torch_cpu=fn(snap["torch_cpu"]))
-    if "cuda" in snap:
-        out["cuda"] = [fn(s) for s in snap["cuda"]]
-    return out
-
-
-def _to_tensor(state: list[int]) -> torch.Tensor:
-    return torch.tensor(state, dtype=torch.uint8)
 
 
 # ---------------------------------------------------------------- files
@@ -250,14 +161,14 @@ def _write_files(
 ) -> None:  # fmt: skip
     _write_model(model, model_sd, tmp / "model", tokenizer)
     optim_tensors: dict[str, torch.Tensor] = {}
-    optim_json = {"state": _encode(optim_sd["state"], "state", optim_tensors),
-                  "param_groups": _encode(optim_sd["param_groups"], "param_groups", optim_tensors)}  # fmt: skip
+    optim_json = {"state": encode(optim_sd["state"], "state", optim_tensors),
+                  "param_groups": encode(optim_sd["param_groups"], "param_groups", optim_tensors)}  # fmt: skip
     save_file(optim_tensors, tmp / "optimizer.safetensors")
     (tmp / "optimizer.json").write_text(json.dumps(optim_json))
-    sched = None if scheduler is None else _jsonable_entries(scheduler.state_dict(), "scheduler")
+    sched = None if scheduler is None else jsonable_entries(scheduler.state_dict(), "scheduler")
     (tmp / "scheduler.json").write_text(json.dumps(sched))
     rng_tensors: dict[str, torch.Tensor] = {}
-    rng_meta = _encode([_map_device_states(r, _to_tensor) for r in rng_snaps], "rank", rng_tensors)
+    rng_meta = encode([map_device_states(r, to_tensor) for r in rng_snaps], "rank", rng_tensors)
     save_file(rng_tensors, tmp / "rng.safetensors")
     state = {"format": FORMAT_VERSION, "step": step, "data": data_state or {}, "world_size": len(rng_snaps),
              "model_fingerprint": _fingerprint(model), "rng": rng_meta}  # fmt: skip
@@ -308,7 +219,7 @@ def save_checkpoint(
     final = root / f"step_{step:08d}"
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     model_sd, optim_sd = get_state_dict(model, optimizer, options=options)
-    rng_snaps = all_gather_json(_rng_snapshot(), ctx)
+    rng_snaps = all_gather_json(rng_snapshot(), ctx)
     error = None
     if ctx.is_main:
         try:
@@ -390,14 +301,14 @@ def _read_rank0(ckpt_arg: str | Path, model: nn.Module, want_optim: bool) -> tup
     ckpt = _resolve(ckpt_arg)
     state = json.loads((ckpt / "trainer_state.json").read_text())
     _check_fingerprint(model, state["model_fingerprint"], ckpt)
-    rng_snaps = _decode(state.pop("rng"), load_file(ckpt / "rng.safetensors"))
-    rng = [_map_device_states(r, torch.Tensor.tolist) for r in rng_snaps]
+    rng_snaps = decode(state.pop("rng"), load_file(ckpt / "rng.safetensors"))
+    rng = [map_device_states(r, torch.Tensor.tolist) for r in rng_snaps]
     header = {"path": str(ckpt), "trainer_state": state, "rng": rng,
               "scheduler": json.loads((ckpt / "scheduler.json").read_text())}  # fmt: skip
     model_sd = _model_state_for(model, ckpt)
     optim_sd: dict = {}
     if want_optim:
-        optim_sd = _decode(json.loads((ckpt / "optimizer.json").read_text()), load_file(ckpt / "optimizer.safetensors"))
+        optim_sd = decode(json.loads((ckpt / "optimizer.json").read_text()), load_file(ckpt / "optimizer.safetensors"))
     return header, model_sd, optim_sd
 
 
@@ -454,5 +365,5 @@ def load_checkpoint(
     set_model_state_dict(model, model_sd, options=options)
     if scheduler is not None:
         scheduler.load_state_dict(header["scheduler"])
-    _restore_rng(header["rng"][ctx.rank % len(header["rng"])])
+    restore_rng(header["rng"][ctx.rank % len(header["rng"])])
     return {**header["trainer_state"], "path": header["path"]}
