@@ -17,7 +17,8 @@ curves.png (reward_mean by step, mean over seeds with a min-max band).
 
     .venv/bin/python benchmarks/algorithms.py [--recipes tic_tac_toe arithmetic]
         [--seeds 3] [--first-seed 0] [--budget-s 45 | --steps N] [--lr LR] [--warmup-steps W]
-        [--temperature T] [--sft-steps N] [--teacher-episodes K] [--out runs/algorithms]
+        [--temperature T] [--sft-steps N] [--teacher-episodes K] [--eval-at STEP ...]
+        [--out runs/algorithms]
 
 An SFT checkpoint is made by the demo's own stages (flows.demo.teacher_to_sft,
 under --demo-dir/RECIPE) unless `--start RECIPE=MODEL_DIR` names one; the
@@ -92,10 +93,13 @@ def demo_stages(recipe_name: str, demo_dir: str, *, sft: bool, sft_steps: int | 
 
 
 def run_cell(recipe, start: str, algorithm, seed: int, budget_s: float, lr: float, episodes: int = 64,
-             dataset: str | None = None, warmup_steps: int = 0, steps: int | None = None) -> dict:
+             dataset: str | None = None, warmup_steps: int = 0, steps: int | None = None,
+             eval_at: tuple[int, ...] = ()) -> dict:
     """Train from `start` for `budget_s` seconds (whole steps), or exactly `steps`
     steps when given, then evaluate. An SFT `algorithm` trains on `dataset`,
-    `episodes` examples a step."""
+    `episodes` examples a step. `eval_at` adds the greedy evaluation after those
+    steps too (the lr schedule is constant after warmup, so step N of a longer
+    run is what an N-step run would be), to read one run's score at several lengths."""
     from flows.demo import rl_agent
     from ludic_core.algorithms import build_algorithm
     from ludic_core.config import TrainerConfig
@@ -119,17 +123,24 @@ def run_cell(recipe, start: str, algorithm, seed: int, budget_s: float, lr: floa
     algo = build_algorithm(algorithm)
     trainer = Trainer(model, algo, batch_source(spec, algo, tok, client), spec.trainer, tokenizer=tok,
                       publisher=publisher)
-    curve, t0 = [], time.perf_counter()
+    curve, evals, t0, eval_s = [], [], time.perf_counter(), 0.0
     try:
-        while trainer.step < steps if steps is not None else time.perf_counter() - t0 < budget_s:
+        while trainer.step < steps if steps is not None else time.perf_counter() - t0 - eval_s < budget_s:
             (m,) = trainer.train(trainer.step + 1)
             curve.append((trainer.step, float(m.get("reward_mean", float("nan")))))  # NaN for SFT
+            if trainer.step in eval_at and trainer.step != steps:
+                e0 = time.perf_counter()
+                mid = evaluate(client, recipe)  # the publisher keeps the client on the trainer's weights
+                eval_s += time.perf_counter() - e0
+                evals.append({"step": trainer.step, "score": headline(recipe.name, mid), "metrics": mid})
+                print(f"    step {trainer.step}: {evals[-1]['score']:.3f}", flush=True)
     finally:
         trainer.close()
-    seconds = time.perf_counter() - t0
-    metrics = evaluate(client, recipe)  # the publisher keeps the client on the trainer's weights
+    seconds = time.perf_counter() - t0 - eval_s
+    metrics = evaluate(client, recipe)
+    evals.append({"step": trainer.step, "score": headline(recipe.name, metrics), "metrics": metrics})
     return {"steps": trainer.step, "train_s": round(seconds, 1), "curve": curve, "metrics": metrics,
-            "score": headline(recipe.name, metrics)}
+            "score": headline(recipe.name, metrics), "evals": evals}
 
 
 def main() -> None:
@@ -145,6 +156,8 @@ def main() -> None:
     ap.add_argument("--warmup-steps", type=int, default=0, help="linear lr warmup of every cell (fresh Adam state)")
     ap.add_argument("--temperature", type=float, help="RL sampling temperature of every cell (default: each recipe's)")
     ap.add_argument("--episodes", type=int, default=64, help="episodes per step (prompts x group size)")
+    ap.add_argument("--eval-at", type=int, nargs="+", default=[], metavar="STEP",
+                    help="also evaluate every cell after these steps (the final one always is)")
     ap.add_argument("--start", action="append", default=[], metavar="RECIPE=MODEL_DIR")
     ap.add_argument("--data", action="append", default=[], metavar="RECIPE=DATASET_DIR",
                     help="the teacher data of the sft_more control (default: the demo's, made when missing)")
@@ -195,7 +208,7 @@ def main() -> None:
             runs = []
             for seed in results["seeds"]:
                 cell = run_cell(recipe, start, ALGORITHMS[algo], seed, args.budget_s, lr, args.episodes, dataset,
-                                args.warmup_steps, args.steps)
+                                args.warmup_steps, args.steps, tuple(args.eval_at))
                 cell["seed"] = seed
                 runs.append(cell)
                 print(f"  {algo:<19} seed {seed}: {cell['score']:.3f} after {cell['steps']} steps", flush=True)
@@ -210,6 +223,18 @@ def main() -> None:
             mean = statistics.fmean(scores)
             print(f"{name:<12} {algo:<19} {mean:>6.3f} {min(scores):>6.3f} {max(scores):>6.3f} "
                   f"{mean - rec['sft']:>+7.3f} {statistics.fmean(r['steps'] for r in runs):>6.1f}")
+    if args.eval_at:
+        print(f"\n{'recipe':<12} {'algorithm':<19} {'step':>6} {'mean':>6} {'min':>6} {'max':>6} {'vs SFT':>7}")
+        for name, rec in results["recipes"].items():
+            for algo, runs in rec["cells"].items():
+                by_step: dict[int, list[float]] = {}
+                for r in runs:
+                    for e in r["evals"]:
+                        by_step.setdefault(e["step"], []).append(e["score"])
+                for step, scores in sorted(by_step.items()):
+                    mean = statistics.fmean(scores)
+                    print(f"{name:<12} {algo:<19} {step:>6} {mean:>6.3f} {min(scores):>6.3f} {max(scores):>6.3f} "
+                          f"{mean - rec['sft']:>+7.3f}")
     panels = {name: {algo: [r["curve"] for r in runs] for algo, runs in rec["cells"].items()
                      if not isinstance(ALGORITHMS[algo], SFTConfig)}  # no samples, no reward curve
               for name, rec in results["recipes"].items()}
