@@ -18,6 +18,7 @@ curves.png (reward_mean by step, mean over seeds with a min-max band).
     .venv/bin/python benchmarks/algorithms.py [--recipes tic_tac_toe arithmetic]
         [--seeds 3] [--first-seed 0] [--budget-s 45 | --steps N] [--lr LR] [--warmup-steps W]
         [--temperature T] [--sft-steps N] [--teacher-episodes K] [--eval-at STEP ...]
+        [--env-kwarg KEY=JSON ...]
         [--out runs/algorithms]
 
 An SFT checkpoint is made by the demo's own stages (flows.demo.teacher_to_sft,
@@ -156,6 +157,8 @@ def main() -> None:
     ap.add_argument("--warmup-steps", type=int, default=0, help="linear lr warmup of every cell (fresh Adam state)")
     ap.add_argument("--temperature", type=float, help="RL sampling temperature of every cell (default: each recipe's)")
     ap.add_argument("--episodes", type=int, default=64, help="episodes per step (prompts x group size)")
+    ap.add_argument("--env-kwarg", action="append", default=[], metavar="KEY=JSON",
+                    help="set a kwarg of the env RL trains on (not the evaluation's), e.g. move_shaping=0.5")
     ap.add_argument("--eval-at", type=int, nargs="+", default=[], metavar="STEP",
                     help="also evaluate every cell after these steps (the final one always is)")
     ap.add_argument("--start", action="append", default=[], metavar="RECIPE=MODEL_DIR")
@@ -173,6 +176,15 @@ def main() -> None:
     from ludic_core.logging.curves import curves_png
     from ludic_core.recipes.recipe import get_recipe
 
+    env_kwargs = {}
+    for kv in args.env_kwarg:
+        key, sep, value = kv.partition("=")
+        if not sep or not key:
+            ap.error(f"--env-kwarg {kv!r}: expected KEY=JSON")
+        try:
+            env_kwargs[key] = json.loads(value)
+        except json.JSONDecodeError as e:
+            ap.error(f"--env-kwarg {kv!r}: the value must be JSON ({e})")
     starts = dict(s.split("=", 1) for s in args.start)
     datasets = dict(s.split("=", 1) for s in args.data)
     if args.steps is not None and args.steps < 1:
@@ -183,12 +195,15 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     results: dict = {"budget_s": args.budget_s if args.steps is None else None, "steps": args.steps,
                      "seeds": list(range(args.first_seed, args.first_seed + args.seeds)), "sft_steps": args.sft_steps,
-                     "warmup_steps": args.warmup_steps,
+                     "warmup_steps": args.warmup_steps, "env_kwargs": env_kwargs,
                      "teacher_episodes": args.teacher_episodes, "recipes": {}}
     for name in args.recipes:
         recipe = get_recipe(name)
         if args.temperature is not None:
             recipe = type(recipe).model_validate({**recipe.model_dump(), "rl_temperature": args.temperature})
+        if env_kwargs:  # RL's env only: the evaluation keeps the recipe's, so scores stay comparable
+            recipe = recipe.model_copy(update={"env": recipe.env.model_copy(
+                update={"kwargs": {**recipe.env.kwargs, **env_kwargs}})})
         dataset, start = datasets.get(name), starts.get(name)
         if start is None:
             made, start = demo_stages(name, args.demo_dir, sft=True, sft_steps=args.sft_steps,
@@ -199,7 +214,8 @@ def main() -> None:
                                   teacher_episodes=args.teacher_episodes)[0]
         sft_metrics = evaluate(LocalChatClient(start), recipe)
         lr = args.lr or recipe.rl_lr
-        rec = results["recipes"][name] = {"start": start, "sft": headline(name, sft_metrics), "lr": lr,
+        rec = results["recipes"][name] = {"start": start, "sft": headline(name, sft_metrics),
+                                          "sft_metrics": sft_metrics, "lr": lr,
                                           "temperature": recipe.rl_temperature, "cells": {}}
         print(f"\n{name}: SFT checkpoint {start} scores {rec['sft']:.3f}; lr {lr}", flush=True)
         for algo in args.algorithms if args.seeds > 0 else ():
