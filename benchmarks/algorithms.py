@@ -20,13 +20,16 @@ curves.png (reward_mean by step, mean over seeds with a min-max band).
         [--temperature T] [--sft-steps N] [--teacher-episodes K] [--eval-at STEP ...]
         [--env-kwarg KEY=JSON ...]
         [--out runs/algorithms]
+    .venv/bin/python benchmarks/algorithms.py --merge RUN [RUN ...] [--out DIR]
 
 An SFT checkpoint is made by the demo's own stages (flows.demo.teacher_to_sft,
 under --demo-dir/RECIPE) unless `--start RECIPE=MODEL_DIR` names one; the
 control's teacher data likewise, unless `--data RECIPE=DATASET_DIR` does.
 `--steps N` trains every cell N steps instead of for the wall-clock budget:
 a wall-clock cell gets fewer updates on a slower machine, a step-count cell
-the same number on any machine.
+the same number on any machine. `--merge` makes one table of runs made side by
+side (one process per seed, `--first-seed S --seeds 1`): on a 2-core machine
+three one-thread processes finish three seeds sooner than one process does.
 """
 
 from __future__ import annotations
@@ -144,6 +147,88 @@ def run_cell(recipe, start: str, algorithm, seed: int, budget_s: float, lr: floa
             "score": headline(recipe.name, metrics), "evals": evals}
 
 
+#: settings that must agree for runs to share one table (top level, then per recipe)
+_SAME_RUN = ("budget_s", "steps", "warmup_steps", "episodes", "env_kwargs", "teacher_episodes", "sft_steps")
+_SAME_RECIPE = ("start", "sft", "lr", "temperature")
+
+
+def merge(paths: list[Path]) -> dict:
+    """One results dict from several runs' results.json (e.g. one process per
+    seed, run side by side). Runs must share their settings and starts, and no
+    (recipe, algorithm, seed) may appear twice: otherwise the table would mix
+    cells that are not comparable, so that is an error naming the file."""
+    merged: dict | None = None
+    for path in paths:
+        f = path / "results.json" if path.is_dir() else path
+        try:
+            res = json.loads(f.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise SystemExit(f"--merge: cannot read {f}: {e}")
+        if merged is None:
+            merged = {**res, "recipes": {}, "seeds": []}
+        for key in _SAME_RUN:
+            if res.get(key) != merged.get(key):
+                raise SystemExit(f"--merge: {f} has {key}={res.get(key)!r}, the first run {merged.get(key)!r}")
+        merged["seeds"] = sorted(set(merged["seeds"]) | set(res["seeds"]))
+        for name, rec in res["recipes"].items():
+            into = merged["recipes"].setdefault(name, {**rec, "cells": {}})
+            for key in _SAME_RECIPE:
+                if rec.get(key) != into.get(key):
+                    raise SystemExit(f"--merge: {f}: {name} has {key}={rec.get(key)!r}, "
+                                     f"the first run {into.get(key)!r}")
+            for algo, runs in rec["cells"].items():
+                have = into["cells"].setdefault(algo, [])
+                seen = {r["seed"] for r in have}
+                for r in runs:
+                    if r["seed"] in seen:
+                        raise SystemExit(f"--merge: {f}: {name} {algo} seed {r['seed']} is already in an earlier run")
+                    have.append(r)
+                have.sort(key=lambda r: r["seed"])
+    if merged is None:
+        raise SystemExit("--merge: no runs given")
+    return merged
+
+
+def _row(name: str, algo: str, scores: list[float], sft: float, extra: str) -> str:
+    mean = statistics.fmean(scores)
+    return (f"{name:<12} {algo:<19} {extra}{mean:>6.3f} {min(scores):>6.3f} {max(scores):>6.3f} "
+            f"{mean - sft:>+7.3f}")
+
+
+def report(results: dict, out: Path) -> None:
+    """Print the table (and the by-step one when cells were scored along the
+    way); write results.json and curves.png under `out`."""
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    print(f"\n{'recipe':<12} {'algorithm':<19} {'mean':>6} {'min':>6} {'max':>6} {'vs SFT':>7} {'steps':>6}")
+    for name, rec in results["recipes"].items():
+        print(f"{name:<12} {'SFT start':<19} {rec['sft']:>6.3f}")
+        for algo, runs in rec["cells"].items():
+            print(_row(name, algo, [r["score"] for r in runs], rec["sft"], "")
+                  + f" {statistics.fmean(r['steps'] for r in runs):>6.1f}")
+    by_steps = any(len(r.get("evals", ())) > 1 for rec in results["recipes"].values()
+                   for runs in rec["cells"].values() for r in runs)
+    if by_steps:
+        print(f"\n{'recipe':<12} {'algorithm':<19} {'step':>6} {'mean':>6} {'min':>6} {'max':>6} {'vs SFT':>7}"
+              f" {'seeds':>5}")
+        for name, rec in results["recipes"].items():
+            for algo, runs in rec["cells"].items():
+                by_step: dict[int, list[float]] = {}
+                for r in runs:
+                    for e in r.get("evals", ()):
+                        by_step.setdefault(e["step"], []).append(e["score"])
+                for step, scores in sorted(by_step.items()):
+                    print(_row(name, algo, scores, rec["sft"], f"{step:>6} ") + f" {len(scores):>5}")
+    from ludic_core.logging.curves import curves_png
+
+    panels = {name: {algo: [r["curve"] for r in runs] for algo, runs in rec["cells"].items()
+                     if not isinstance(ALGORITHMS[algo], SFTConfig)}  # no samples, no reward curve
+              for name, rec in results["recipes"].items()}
+    png = curves_png(panels, out / "curves.png", xlabel="step", ylabel="reward_mean (training samples)")
+    lrs = ", ".join(f"{name} {rec['lr']}" for name, rec in results["recipes"].items())
+    per_cell = f"{results['budget_s']:.0f} s" if results["steps"] is None else f"{results['steps']} steps"
+    print(f"\n{len(results['seeds'])} seeds x {per_cell} per cell, lr {lrs}; {out / 'results.json'}, {png}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--recipes", nargs="+", default=["tic_tac_toe", "arithmetic"])
@@ -170,10 +255,17 @@ def main() -> None:
                     help="teacher episodes behind the starts made here and the control's data (default: the "
                          "demo's 4096); a few hundred give a start that more SFT on the same data cannot improve")
     ap.add_argument("--out", default="runs/algorithms")
+    ap.add_argument("--merge", nargs="+", type=Path, metavar="RUN",
+                    help="train nothing: one table from these runs' results.json (or their --out dirs), e.g. "
+                         "one process per seed; written to --out")
     args = ap.parse_args()
+    if args.merge:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        report(merge(args.merge), out)
+        return
 
     from ludic_core.inference import LocalChatClient
-    from ludic_core.logging.curves import curves_png
     from ludic_core.recipes.recipe import get_recipe
 
     env_kwargs = {}
@@ -195,7 +287,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     results: dict = {"budget_s": args.budget_s if args.steps is None else None, "steps": args.steps,
                      "seeds": list(range(args.first_seed, args.first_seed + args.seeds)), "sft_steps": args.sft_steps,
-                     "warmup_steps": args.warmup_steps, "env_kwargs": env_kwargs,
+                     "warmup_steps": args.warmup_steps, "episodes": args.episodes, "env_kwargs": env_kwargs,
                      "teacher_episodes": args.teacher_episodes, "recipes": {}}
     for name in args.recipes:
         recipe = get_recipe(name)
@@ -231,34 +323,7 @@ def main() -> None:
             rec["cells"][algo] = runs
         (out / "results.json").write_text(json.dumps(results, indent=1))
 
-    print(f"\n{'recipe':<12} {'algorithm':<19} {'mean':>6} {'min':>6} {'max':>6} {'vs SFT':>7} {'steps':>6}")
-    for name, rec in results["recipes"].items():
-        print(f"{name:<12} {'SFT start':<19} {rec['sft']:>6.3f}")
-        for algo, runs in rec["cells"].items():
-            scores = [r["score"] for r in runs]
-            mean = statistics.fmean(scores)
-            print(f"{name:<12} {algo:<19} {mean:>6.3f} {min(scores):>6.3f} {max(scores):>6.3f} "
-                  f"{mean - rec['sft']:>+7.3f} {statistics.fmean(r['steps'] for r in runs):>6.1f}")
-    if args.eval_at:
-        print(f"\n{'recipe':<12} {'algorithm':<19} {'step':>6} {'mean':>6} {'min':>6} {'max':>6} {'vs SFT':>7}")
-        for name, rec in results["recipes"].items():
-            for algo, runs in rec["cells"].items():
-                by_step: dict[int, list[float]] = {}
-                for r in runs:
-                    for e in r["evals"]:
-                        by_step.setdefault(e["step"], []).append(e["score"])
-                for step, scores in sorted(by_step.items()):
-                    mean = statistics.fmean(scores)
-                    print(f"{name:<12} {algo:<19} {step:>6} {mean:>6.3f} {min(scores):>6.3f} {max(scores):>6.3f} "
-                          f"{mean - rec['sft']:>+7.3f}")
-    panels = {name: {algo: [r["curve"] for r in runs] for algo, runs in rec["cells"].items()
-                     if not isinstance(ALGORITHMS[algo], SFTConfig)}  # no samples, no reward curve
-              for name, rec in results["recipes"].items()}
-    png = curves_png(panels, out / "curves.png", xlabel="step", ylabel="reward_mean (training samples)")
-    lrs = ", ".join(f"{name} {rec['lr']}" for name, rec in results["recipes"].items())
-    per_cell = f"{args.budget_s:.0f} s" if args.steps is None else f"{args.steps} steps"
-    print(f"\n{args.seeds} seeds x {per_cell} per cell, lr {lrs}; "
-          f"{out / 'results.json'}, {png}")
+    report(results, out)
 
 
 if __name__ == "__main__":
