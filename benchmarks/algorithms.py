@@ -164,6 +164,10 @@ def merge(paths: list[Path]) -> dict:
             res = json.loads(f.read_text())
         except (OSError, json.JSONDecodeError) as e:
             raise SystemExit(f"--merge: cannot read {f}: {e}")
+        if not (isinstance(res, dict) and isinstance(res.get("recipes"), dict) and isinstance(res.get("seeds"), list)
+                and all(isinstance(c, dict) and "seed" in c for rec in res["recipes"].values()
+                        for runs in rec.get("cells", {}).values() for c in runs)):
+            raise SystemExit(f"--merge: {f} is not a results.json of this script (recipes, seeds, cells with a seed)")
         if merged is None:
             merged = {**res, "recipes": {}, "seeds": []}
         for key in _SAME_RUN:
@@ -176,7 +180,7 @@ def merge(paths: list[Path]) -> dict:
                 if rec.get(key) != into.get(key):
                     raise SystemExit(f"--merge: {f}: {name} has {key}={rec.get(key)!r}, "
                                      f"the first run {into.get(key)!r}")
-            for algo, runs in rec["cells"].items():
+            for algo, runs in rec.get("cells", {}).items():
                 have = into["cells"].setdefault(algo, [])
                 seen = {r["seed"] for r in have}
                 for r in runs:
