@@ -65,11 +65,7 @@ def test_merge_refuses_a_seed_twice(tmp_path):
 
 
 def test_merge_names_a_file_that_is_not_a_results_json(tmp_path):
-    bad = tmp_path / "bad"
-    bad.mkdir()
-    (bad / "results.json").write_text(json.dumps({"recipes": {"tic_tac_toe": {"cells": {"grpo": [{}]}}},
-                                                  "seeds": [0]}))
-    p = subprocess.run([sys.executable, str(SCRIPT), "--merge", str(bad), "--out", str(tmp_path / "all")],
-                       capture_output=True, text=True, timeout=120)
-    assert p.returncode != 0 and f"{bad / 'results.json'} is not a results.json" in p.stderr
+    p = _merge(tmp_path, {"recipes": {"tic_tac_toe": {"cells": {"grpo": [{}]}}}, "seeds": [0]})
+    assert p.returncode != 0
+    assert f"{tmp_path / 'seed0' / 'results.json'} is not a results.json" in p.stderr
     assert "Traceback" not in p.stderr
