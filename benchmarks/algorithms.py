@@ -12,7 +12,8 @@ managed. The `sft_more` row is the control every RL row needs: the same start,
 lr and budget spent on more SFT on the teacher's data (64 examples a step),
 so a change the RL rows share with it comes from training further at all,
 not from RL.
-Written: results.json and
+Written: results.json (per cell also the share of groups whose episodes do
+not all end alike, by step: the part of each batch that teaches anything) and
 curves.png (reward_mean by step, mean over seeds with a min-max band).
 
     .venv/bin/python benchmarks/algorithms.py [--recipes tic_tac_toe arithmetic]
@@ -71,6 +72,15 @@ def headline(recipe_name: str, m: dict[str, float]) -> float:
     return m["success_rate"]
 
 
+def signal_note(signal: list[tuple[int, float]]) -> str:
+    """'; groups with signal: 0.09 -> 0.21' (mean share in the first and last sixth of the run)."""
+    if not signal:
+        return ""
+    n = max(len(signal) // 6, 1)
+    first, last = (sum(v for _, v in part) / len(part) for part in (signal[:n], signal[-n:]))
+    return f"; groups with signal: {first:.2f} -> {last:.2f}"
+
+
 def evaluate(client, recipe) -> dict[str, float]:
     from ludic_core.eval import evaluate_policy
 
@@ -127,11 +137,13 @@ def run_cell(recipe, start: str, algorithm, seed: int, budget_s: float, lr: floa
     algo = build_algorithm(algorithm)
     trainer = Trainer(model, algo, batch_source(spec, algo, tok, client), spec.trainer, tokenizer=tok,
                       publisher=publisher)
-    curve, evals, t0, eval_s = [], [], time.perf_counter(), 0.0
+    curve, signal, evals, t0, eval_s = [], [], [], time.perf_counter(), 0.0
     try:
         while trainer.step < steps if steps is not None else time.perf_counter() - t0 - eval_s < budget_s:
             (m,) = trainer.train(trainer.step + 1)
             curve.append((trainer.step, float(m.get("reward_mean", float("nan")))))  # NaN for SFT
+            if m.get("groups"):  # the share of groups whose episodes do not all end alike
+                signal.append((trainer.step, m["signal_groups"] / m["groups"]))
             if trainer.step in eval_at and trainer.step != steps:
                 e0 = time.perf_counter()
                 mid = evaluate(client, recipe)  # the publisher keeps the client on the trainer's weights
@@ -143,7 +155,7 @@ def run_cell(recipe, start: str, algorithm, seed: int, budget_s: float, lr: floa
     seconds = time.perf_counter() - t0 - eval_s
     metrics = evaluate(client, recipe)
     evals.append({"step": trainer.step, "score": headline(recipe.name, metrics), "metrics": metrics})
-    return {"steps": trainer.step, "train_s": round(seconds, 1), "curve": curve, "metrics": metrics,
+    return {"steps": trainer.step, "train_s": round(seconds, 1), "curve": curve, "signal": signal, "metrics": metrics,
             "score": headline(recipe.name, metrics), "evals": evals}
 
 
@@ -323,7 +335,8 @@ def main() -> None:
                                 args.warmup_steps, args.steps, tuple(args.eval_at))
                 cell["seed"] = seed
                 runs.append(cell)
-                print(f"  {algo:<19} seed {seed}: {cell['score']:.3f} after {cell['steps']} steps", flush=True)
+                print(f"  {algo:<19} seed {seed}: {cell['score']:.3f} after {cell['steps']} steps"
+                      + signal_note(cell["signal"]), flush=True)
             rec["cells"][algo] = runs
         (out / "results.json").write_text(json.dumps(results, indent=1))
 

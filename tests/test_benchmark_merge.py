@@ -69,3 +69,16 @@ def test_merge_names_a_file_that_is_not_a_results_json(tmp_path):
     assert p.returncode != 0
     assert f"{tmp_path / 'seed0' / 'results.json'} is not a results.json" in p.stderr
     assert "Traceback" not in p.stderr
+
+
+def test_signal_note_reads_the_first_and_last_sixth():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("algorithms_benchmark", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    # 12 steps: sixths of 2; the first two average 0.15, the last two 0.45
+    signal = [(i + 1, v) for i, v in enumerate([0.1, 0.2] + [0.3] * 8 + [0.4, 0.5])]
+    assert mod.signal_note(signal) == "; groups with signal: 0.15 -> 0.45"
+    assert mod.signal_note([(1, 0.25)]) == "; groups with signal: 0.25 -> 0.25"
+    assert mod.signal_note([]) == ""  # SFT, or an algorithm without groups

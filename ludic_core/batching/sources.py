@@ -22,6 +22,7 @@ __all__ = [
     "RolloutBatchSource",
     "OfflineBatchSource",
     "chat_example_to_item",
+    "group_signal",
     "rollout_stats",
     "signal_groups",
 ]
@@ -47,6 +48,19 @@ def signal_groups(rollouts: Sequence[Rollout]) -> int:
 
     kept, _ = drop_zero_variance_groups(rollouts)
     return len({r.meta["group_id"] for r in kept})
+
+
+def group_signal(rollouts: Sequence[Rollout]) -> dict[str, float]:
+    """`groups` and `signal_groups` of a batch of grouped episodes ({} when the
+    episodes are not in groups). A group whose episodes all end with the same
+    return has zero advantage, so `signal_groups / groups` is the share of the
+    batch that teaches anything: a near-deterministic policy (an SFT start, say)
+    makes every sample of a group the same game and starves group-relative RL."""
+    ok = [r for r in rollouts if not r.failed]
+    ids = [r.meta.get("group_id") for r in ok]
+    if not ids or None in ids or len(set(ids)) == len(ids):
+        return {}
+    return {"groups": float(len(set(ids))), "signal_groups": float(signal_groups(ok))}
 
 
 def rollout_stats(rollouts: Sequence[Rollout]) -> dict[str, float]:
@@ -110,9 +124,9 @@ class RolloutBatchSource:
         self.last_rollouts = rollouts
         ok = [r for r in rollouts if not r.failed]
         batch = self.algorithm.prepare(ok, max_seq_len=self.max_seq_len)
-        batch.meta.update(rollout_stats(rollouts))
+        batch.meta.update(rollout_stats(rollouts) | group_signal(rollouts))
         if dynamic is not None:
-            batch.meta.update({"draws": float(draws), "signal_groups": float(signal)})
+            batch.meta["draws"] = float(draws)
         return batch
 
     def state_dict(self) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 import pytest
 
 from ludic_core.algorithms import build_algorithm, make_grpo
-from ludic_core.batching.sources import RolloutBatchSource, signal_groups
+from ludic_core.batching.sources import RolloutBatchSource, group_signal, signal_groups
 from ludic_core.config import DynamicSampling, GRPOConfig
 from ludic_core.credit import drop_zero_variance_groups
 from ludic_core.types import Rollout, Step, TokenTrace
@@ -67,6 +67,20 @@ def test_off_means_one_draw_and_every_group_trained_on():
     engine, source = _source(None)
     batch = source.next_batch()
     assert engine.calls == [0] and "draws" not in batch.meta and len(batch.items) == 4
+    # still counted, so a run shows how much of each batch carries signal: none of schedule 0's two groups
+    assert batch.meta["groups"] == 2 and batch.meta["signal_groups"] == 0
+
+
+def test_group_signal_counts_groups_and_those_with_a_spread():
+    batch = [_episode(r, f"g{g}") for g, rs in enumerate(SCHEDULE[1] + SCHEDULE[2]) for r in rs]
+    assert group_signal(batch) == {"groups": 4, "signal_groups": 3}
+    # a failed episode is left out: g0's remaining episode alone has no spread
+    batch[0].meta["failed"] = True
+    assert group_signal(batch) == {"groups": 4, "signal_groups": 2}
+    # not grouped (no group ids, or every id once): nothing to report rather than a misleading 0
+    assert group_signal([_episode(1.0, f"solo{i}") for i in range(3)]) == {}
+    assert group_signal([Rollout(steps=b.steps) for b in batch]) == {}
+    assert group_signal([]) == {}
 
 
 def test_named_in_the_algorithm_config():
