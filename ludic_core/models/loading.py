@@ -30,6 +30,7 @@ def load_model_and_tokenizer(
 
     from ludic_core.device import resolve_device, resolve_dtype
 
+    _check_local(path)
     target = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, target)
     tok = AutoTokenizer.from_pretrained(str(path))
@@ -42,3 +43,14 @@ def load_model_and_tokenizer(
     model = model.to(target)
     model.eval()
     return model, tok
+
+
+def _check_local(path: str | Path) -> None:
+    """A path that cannot be a hub id (`org/name`) must exist: otherwise
+    transformers answers a mistyped checkpoint directory with a hub-id
+    validation traceback that never says the directory is missing."""
+    text = str(path)
+    if Path(text).exists():
+        return
+    if isinstance(path, Path) or Path(text).is_absolute() or text.startswith(".") or text.count("/") > 1:
+        raise FileNotFoundError(f"model directory {text} does not exist")

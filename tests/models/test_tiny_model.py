@@ -68,3 +68,11 @@ def test_the_head_sizes_are_the_installed_vllms():
             "print(json.dumps(list(B.get_supported_head_sizes())))")
     out = subprocess.run([str(env_python()), "-c", code], capture_output=True, text=True, timeout=300, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == list(VLLM_CPU_HEAD_SIZES)
+
+
+def test_a_missing_model_directory_is_named(tmp_path):
+    from ludic_core.models import load_model_and_tokenizer
+
+    for missing in (tmp_path / "ckpt" / "model", "runs/nope/sft/checkpoints/step_00000800/model", "./model"):
+        with pytest.raises(FileNotFoundError, match=f"model directory {missing} does not exist"):
+            load_model_and_tokenizer(missing)
