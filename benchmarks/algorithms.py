@@ -72,6 +72,28 @@ def headline(recipe_name: str, m: dict[str, float]) -> float:
     return m["success_rate"]
 
 
+def parse_env_kwargs(items: list[str], error) -> dict:
+    """`--env-kwarg KEY=JSON` items as a dict; `error(message)` (argparse's) on a bad one."""
+    out = {}
+    for kv in items:
+        key, sep, value = kv.partition("=")
+        if not sep or not key:
+            error(f"--env-kwarg {kv!r}: expected KEY=JSON")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError as e:
+            error(f"--env-kwarg {kv!r}: the value must be JSON ({e})")
+    return out
+
+
+def with_env_kwargs(recipe, env_kwargs: dict):
+    """The recipe with these kwargs on its RL env (its eval env untouched)."""
+    if not env_kwargs:
+        return recipe
+    return recipe.model_copy(update={"env": recipe.env.model_copy(
+        update={"kwargs": {**recipe.env.kwargs, **env_kwargs}})})
+
+
 def signal_note(signal: list[tuple[int, float]]) -> str:
     """'; groups with signal: 0.09 -> 0.21' (mean share in the first and last sixth of the run)."""
     if not signal:
@@ -284,15 +306,7 @@ def main() -> None:
     from ludic_core.inference import LocalChatClient
     from ludic_core.recipes.recipe import get_recipe
 
-    env_kwargs = {}
-    for kv in args.env_kwarg:
-        key, sep, value = kv.partition("=")
-        if not sep or not key:
-            ap.error(f"--env-kwarg {kv!r}: expected KEY=JSON")
-        try:
-            env_kwargs[key] = json.loads(value)
-        except json.JSONDecodeError as e:
-            ap.error(f"--env-kwarg {kv!r}: the value must be JSON ({e})")
+    env_kwargs = parse_env_kwargs(args.env_kwarg, ap.error)
     starts = dict(s.split("=", 1) for s in args.start)
     datasets = dict(s.split("=", 1) for s in args.data)
     if args.steps is not None and args.steps < 1:
@@ -309,9 +323,7 @@ def main() -> None:
         recipe = get_recipe(name)
         if args.temperature is not None:
             recipe = type(recipe).model_validate({**recipe.model_dump(), "rl_temperature": args.temperature})
-        if env_kwargs:  # RL's env only: the evaluation keeps the recipe's, so scores stay comparable
-            recipe = recipe.model_copy(update={"env": recipe.env.model_copy(
-                update={"kwargs": {**recipe.env.kwargs, **env_kwargs}})})
+        recipe = with_env_kwargs(recipe, env_kwargs)  # RL's env only: the evaluation keeps the recipe's
         dataset, start = datasets.get(name), starts.get(name)
         if start is None:
             made, start = demo_stages(name, args.demo_dir, sft=True, sft_steps=args.sft_steps,

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 from collections import defaultdict
 
 
@@ -64,16 +63,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.groups < 1 or args.group_size < 2:
         ap.error(f"need --groups >= 1 and --group-size >= 2, got {args.groups} and {args.group_size}")
-    recipe = get_recipe(args.recipe)
-    kwargs = {}
-    for item in args.env_kwarg:
-        key, sep, value = item.partition("=")
-        if not sep:
-            ap.error(f"--env-kwarg wants KEY=JSON, got {item!r}")
-        kwargs[key] = json.loads(value)
-    if kwargs:
-        recipe = recipe.model_copy(update={"env": recipe.env.model_copy(
-            update={"kwargs": {**recipe.env.kwargs, **kwargs}})})
+    from algorithms import parse_env_kwargs, with_env_kwargs  # this script's directory is on sys.path
+
+    recipe = with_env_kwargs(get_recipe(args.recipe), parse_env_kwargs(args.env_kwarg, ap.error))
     rows = group_signal_table(recipe, args.start, args.temperatures, args.groups, args.group_size)
     print(f"\n{args.recipe} from {args.start}: {args.groups} groups of {args.group_size}")
     print(f"{'temperature':>11} {'with a return spread':>21} {'samples differ':>15} {'mean return':>12} "
