@@ -4,7 +4,8 @@ second of this CPU.
 Every cell starts from the same SFT checkpoint (the demo's: rejection sampling
 from the recipe's teacher, then SFT), trains for the same wall-clock budget
 with the same rollout settings (64 episodes per step: 8 prompts x group 8, or
-64 prompts without groups; the recipe's RL temperature and learning rate),
+64 prompts without groups; the recipe's RL temperature, learning rate and RL
+env, e.g. tic-tac-toe's move shaping; `--env-kwarg move_shaping=0` turns it off),
 then plays the recipe's greedy evaluation. Printed: mean, min and max
 over seeds of the headline metric (tic-tac-toe: mean of X and O win+draw;
 arithmetic: accuracy), its change over the SFT row, and the steps each cell
@@ -87,11 +88,11 @@ def parse_env_kwargs(items: list[str], error) -> dict:
 
 
 def with_env_kwargs(recipe, env_kwargs: dict):
-    """The recipe with these kwargs on its RL env (its eval env untouched)."""
+    """The recipe with these kwargs on its RL env (on top of its own `rl_env_kwargs`;
+    the teacher's env and the eval env untouched)."""
     if not env_kwargs:
         return recipe
-    return recipe.model_copy(update={"env": recipe.env.model_copy(
-        update={"kwargs": {**recipe.env.kwargs, **env_kwargs}})})
+    return recipe.model_copy(update={"rl_env_kwargs": {**recipe.rl_env_kwargs, **env_kwargs}})
 
 
 def signal_note(signal: list[tuple[int, float]]) -> str:
@@ -149,7 +150,7 @@ def run_cell(recipe, start: str, algorithm, seed: int, budget_s: float, lr: floa
     if isinstance(algorithm, SFTConfig):
         data = DatasetData(path=dataset, batch_size=episodes)
     else:
-        data = RolloutData(env=recipe.env, agent=rl_agent(recipe), requests_per_step=per_step,
+        data = RolloutData(env=recipe.rl_env, agent=rl_agent(recipe), requests_per_step=per_step,
                            schedule=SeedSchedule(start=1_000 + 100_000 * seed))
     spec = StageSpec(model_path=start, checkpoint_dir="/nonexistent", algorithm=algorithm, until_step=1,
                      trainer=TrainerConfig(lr=lr, warmup_steps=warmup_steps, micro_token_budget=16384,
@@ -183,7 +184,7 @@ def run_cell(recipe, start: str, algorithm, seed: int, budget_s: float, lr: floa
 
 #: settings that must agree for runs to share one table (top level, then per recipe)
 _SAME_RUN = ("budget_s", "steps", "warmup_steps", "episodes", "env_kwargs", "teacher_episodes", "sft_steps")
-_SAME_RECIPE = ("start", "sft", "lr", "temperature")
+_SAME_RECIPE = ("start", "sft", "lr", "temperature", "rl_env_kwargs")
 
 
 def merge(paths: list[Path]) -> dict:
@@ -336,8 +337,10 @@ def main() -> None:
         lr = args.lr or recipe.rl_lr
         rec = results["recipes"][name] = {"start": start, "sft": headline(name, sft_metrics),
                                           "sft_metrics": sft_metrics, "lr": lr,
-                                          "temperature": recipe.rl_temperature, "cells": {}}
-        print(f"\n{name}: SFT checkpoint {start} scores {rec['sft']:.3f}; lr {lr}", flush=True)
+                                          "temperature": recipe.rl_temperature,
+                                          "rl_env_kwargs": recipe.rl_env_kwargs, "cells": {}}
+        print(f"\n{name}: SFT checkpoint {start} scores {rec['sft']:.3f}; lr {lr}; RL env {recipe.rl_env.kwargs}",
+              flush=True)
         for algo in args.algorithms if args.seeds > 0 else ():
             if algo in MULTI_TURN_ONLY and recipe.agent.max_turns == 1:
                 continue

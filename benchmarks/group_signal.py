@@ -31,8 +31,8 @@ def group_signal_table(recipe, start: str, temperatures: list[float], groups: in
     rows = []
     for t in temperatures:
         sampling = recipe.agent.sampling.model_copy(update={"temperature": t})
-        engine = build_engine(recipe.env, recipe.agent, client)
-        requests = episode_requests(recipe.env, recipe.agent, list(range(first_seed, first_seed + groups)),
+        engine = build_engine(recipe.rl_env, recipe.agent, client)
+        requests = episode_requests(recipe.rl_env, recipe.agent, list(range(first_seed, first_seed + groups)),
                                     sampling=sampling)
         rollouts = asyncio.run(engine.generate_rollouts(requests, max_steps=recipe.agent.max_turns,
                                                         strategy=GRPORequestStrategy(group_size, seed=0)))

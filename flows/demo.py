@@ -91,6 +91,15 @@ def rl_trainer(cfg: DemoConfig, recipe: Recipe) -> TrainerConfig:
     return TrainerConfig(lr=cfg.rl_lr or recipe.rl_lr, micro_token_budget=16384, max_seq_len=512, seed=cfg.seed)
 
 
+def rl_stage(cfg: DemoConfig, recipe: Recipe, sft_model: str) -> RLTrainConfig:
+    """GRPO from the SFT model on the recipe's RL env (its training reward), at its lr and temperature."""
+    return RLTrainConfig(
+        model_path=sft_model, out_dir=f"{cfg.out}/rl", env=recipe.rl_env, agent=rl_agent(recipe),
+        algorithm=GRPOConfig(group_size=cfg.group_size), steps=cfg.rl_steps, trainer=rl_trainer(cfg, recipe),
+        steps_per_stage=max(cfg.rl_steps // 2, 1), eval_episodes=0, launcher=cfg.launcher,
+        progress_bar=cfg.progress_bar)
+
+
 @flow(name="demo")
 def demo(cfg: DemoConfig) -> dict:
     recipe, run = get_recipe(cfg.recipe), cfg.out
@@ -101,11 +110,7 @@ def demo(cfg: DemoConfig) -> dict:
     dataset, sft_model = teacher_to_sft(cfg, recipe, model_path)
     rows.append(_row("after SFT", recipe, _evaluate(sft_model, recipe, cfg), time.perf_counter() - t))
     t = time.perf_counter()
-    rl_model = rl_train(RLTrainConfig(
-        model_path=sft_model, out_dir=f"{run}/rl", env=recipe.env, agent=rl_agent(recipe),
-        algorithm=GRPOConfig(group_size=cfg.group_size), steps=cfg.rl_steps, trainer=rl_trainer(cfg, recipe),
-        steps_per_stage=max(cfg.rl_steps // 2, 1), eval_episodes=0, launcher=cfg.launcher,
-        progress_bar=cfg.progress_bar))
+    rl_model = rl_train(rl_stage(cfg, recipe, sft_model))
     rows.append(_row("after RL", recipe, _evaluate(rl_model, recipe, cfg), time.perf_counter() - t))
     table_artifact("demo-results", rows,
                    f"{recipe.name}: {cfg.eval_episodes or recipe.eval_episodes} greedy episodes per evaluation; "

@@ -21,7 +21,7 @@ __all__ = ["Recipe", "RECIPES", "get_recipe"]
 
 class Recipe(FrozenModel):
     name: str
-    env: EnvConfig = Field(description="the env the teacher and the RL policy play")
+    env: EnvConfig = Field(description="the env the teacher plays, and RL (with rl_env_kwargs added)")
     eval_env: EnvConfig = Field(description="the env evaluations play (held-out problems where the env has them)")
     agent: AgentConfig
     teacher: str = Field(description="scripted teacher policy factory (registered name or import path)")
@@ -30,9 +30,19 @@ class Recipe(FrozenModel):
     sft_steps: int = Field(400, ge=1, description="SFT steps of the demo chain")
     rl_temperature: float = Field(1.0, gt=0.0, description="sampling temperature of RL rollouts")
     rl_lr: float = Field(1e-4, gt=0.0, description="learning rate of the demo chain's RL stage")
+    rl_env_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="added to env's kwargs for RL only: a training reward (e.g. shaping) "
+                                          "that the teacher's data and the evaluations must not see")
     eval_seed: int = Field(100_000, description="first env seed of evaluations")
     eval_episodes: int = Field(400, ge=1, description="greedy episodes per evaluation")
     table: dict[str, str] = Field(description="demo table column -> metric key")
+
+    @property
+    def rl_env(self) -> EnvConfig:
+        """The env RL trains on: `env` with `rl_env_kwargs` on top."""
+        if not self.rl_env_kwargs:
+            return self.env
+        return self.env.model_copy(update={"kwargs": {**self.env.kwargs, **self.rl_env_kwargs}})
 
 
 def _recipes() -> dict[str, Recipe]:

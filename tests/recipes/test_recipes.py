@@ -1,7 +1,9 @@
 """The bundled recipes' settings hold together: the demo's RL stage takes the
-recipe's learning rate, and the teacher's replies fit the agent's token budget."""
+recipe's learning rate and RL env, and the teacher's replies fit the agent's token budget."""
 
-from flows.demo import DemoConfig, rl_trainer
+import pytest
+
+from flows.demo import DemoConfig, rl_stage, rl_trainer
 from ludic_core.envs.arithmetic import arithmetic_oracle, generate_arithmetic_problems
 from ludic_core.recipes.recipe import get_recipe
 
@@ -12,6 +14,39 @@ def test_the_demo_trains_rl_at_the_recipes_lr_unless_told_otherwise():
     assert rl_trainer(DemoConfig(recipe="arithmetic"), arithmetic).lr == arithmetic.rl_lr
     assert rl_trainer(DemoConfig(recipe="tic_tac_toe"), tic_tac_toe).lr == tic_tac_toe.rl_lr
     assert rl_trainer(DemoConfig(recipe="arithmetic", rl_lr=3e-4), arithmetic).lr == 3e-4
+
+
+def _first_move_rewards(env_cfg, seed: int = 1) -> dict[int, tuple[float, float]]:
+    """{cell: (regret, reward)} for each legal first move of the agent (O on odd seeds)."""
+    from ludic_core.envs.tic_tac_toe import legal_moves, move_regret, parse_observation
+    from ludic_core.recipes.build import env_factory
+
+    make = env_factory(env_cfg)
+    board, mark = parse_observation(make(**env_cfg.kwargs).env_reset(seed=seed)[0])
+    out = {}
+    for cell in legal_moves(board):
+        env = make(**env_cfg.kwargs)
+        env.env_reset(seed=seed)
+        out[cell] = (move_regret(board, cell, mark), env.env_step(str(cell)).reward)
+    return out
+
+
+def test_tic_tac_toe_rl_trains_on_move_shaping_that_teacher_and_evaluation_do_not_see():
+    recipe = get_recipe("tic_tac_toe")
+    stage = rl_stage(DemoConfig(), recipe, "runs/sft/model")
+    assert stage.env == recipe.rl_env and stage.trainer.lr == recipe.rl_lr
+    shaped, teacher, scored = (_first_move_rewards(e) for e in (stage.env, recipe.env, recipe.eval_env))
+    assert any(regret > 0 for regret, _ in shaped.values()), "no losing reply to test with"
+    for cell, (regret, reward) in shaped.items():
+        # the game goes on after one move, so the only reward is the shaping: -0.5 x the move's regret
+        assert reward == pytest.approx(-0.5 * regret), cell
+        assert teacher[cell][1] == scored[cell][1] == 0.0, cell
+
+
+def test_arithmetic_rl_trains_on_the_env_the_teacher_plays():
+    recipe = get_recipe("arithmetic")
+    assert recipe.rl_env_kwargs == {} and recipe.rl_env == recipe.env
+    assert rl_stage(DemoConfig(recipe="arithmetic"), recipe, "m").env == recipe.env
 
 
 def test_the_arithmetic_teacher_shows_its_work_within_the_agents_token_budget():
