@@ -215,7 +215,7 @@ def test_docker_backend_command_isolates_and_says_whether_a_daemon_runs(tmp_path
             DockerSandbox()
         return
     box = DockerSandbox()
-    cmd = box.command(tmp_path, LIMITS)
+    cmd = box.command(LIMITS, {"once": True}, None)
     for flag in (["--network", "none"], ["--read-only"], ["--pids-limit", "16"], ["--memory", "512m"],
                  ["--cap-drop", "ALL"], ["--user", "65534:65534"]):
         assert any(cmd[i:i + len(flag)] == flag for i in range(len(cmd))), flag

@@ -12,6 +12,7 @@ from ludic_core.envs.code_exec.sandbox import (
     BwrapSandbox,
     DockerSandbox,
     ExecResult,
+    Judge,
     Limits,
     Sandbox,
     SandboxError,
@@ -20,5 +21,5 @@ from ludic_core.envs.code_exec.sandbox import (
 )
 
 __all__ = ["CodeExecEnv", "run_tests", "shared_pool", "CodeProblem", "TestReport", "assemble", "load_humaneval",
-           "SandboxPool", "mini_problems", "BwrapSandbox", "DockerSandbox", "ExecResult", "Limits", "Sandbox",
+           "SandboxPool", "mini_problems", "BwrapSandbox", "DockerSandbox", "ExecResult", "Judge", "Limits", "Sandbox",
            "SandboxError", "SubprocessSandbox", "WarmBwrapSandbox", "make_sandbox"]

@@ -22,9 +22,8 @@ from ludic_core.envs.code_exec.harness import (
     CodeProblem,
     TestReport,
     assemble,
-    build_program,
+    build_judge,
     load_humaneval,
-    new_nonce,
     read_report,
 )
 from ludic_core.envs.code_exec.pool import SandboxPool
@@ -49,11 +48,11 @@ def shared_pool(backend: str = "bwrap", concurrency: int = 4, allow_unsandboxed:
 
 async def run_tests(pool: SandboxPool, problem: CodeProblem, completion: str,
                     limits: Limits | None = None) -> TestReport:
-    """Run `completion` against `problem`'s tests in the pool's sandbox."""
-    program, total = build_program(problem, completion)
-    nonce = new_nonce()
-    result = await pool.arun(program, limits=limits, stdin=nonce + "\n")
-    return read_report(result, nonce, total)
+    """Run `completion` against `problem`'s tests in the pool's sandbox: the
+    candidate's module is the prompt and the completion; the tests are its judge."""
+    judge, total = build_judge(problem)
+    result = await pool.arun(problem.prompt + completion, limits=limits, judge=judge)
+    return read_report(result, total)
 
 
 class CodeExecEnv(SingleAgentEnv):

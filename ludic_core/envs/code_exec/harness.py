@@ -10,10 +10,13 @@ and a failing test's message can go back to the agent. The verdict equals the
 reference's: every test passed, nothing else raised, and the run reached its
 end (a timeout or a crash fails).
 
-Results come back as stdout lines prefixed with a random nonce the program
-reads from stdin before the candidate's code runs, so printed text cannot pass
-for a result (code that inspects the harness's own memory could; the reference
-harness runs candidates in its own process too).
+The verdict is decided where the candidate cannot reach it (a policy is an
+adversary of its own reward): the tests run in a judge process of their own
+(`build_judge`), with the prompt's helpers but none of the candidate's code,
+and call the candidate's function through `crossing.proxy`, so only plain
+data crosses and only builtin types are compared. The judge writes one JSON
+line per test to a file the candidate never holds. What the candidate prints,
+however much, is kept for feedback only.
 """
 
 from __future__ import annotations
@@ -21,14 +24,13 @@ from __future__ import annotations
 import ast
 import gzip
 import json
-import secrets
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from ludic_core.envs.code_exec.sandbox import ExecResult
+from ludic_core.envs.code_exec.sandbox import ExecResult, Judge
 
-__all__ = ["CodeProblem", "TestReport", "assemble", "build_program", "read_report", "load_humaneval",
+__all__ = ["CodeProblem", "TestReport", "assemble", "build_judge", "read_report", "load_humaneval",
            "reference_program"]
 
 
@@ -80,7 +82,7 @@ class TestReport:
         elif self.result.status == "timeout":
             text = f"The program did not finish within {self.result.wall_s:.0f} s."
         else:
-            tail = self.result.stderr.strip().splitlines()[-3:]
+            tail = (self.result.stderr.strip() or self.result.judge_stderr.strip()).splitlines()[-3:]
             text = "The program failed: " + (" | ".join(tail) if tail else self.result.reason())
         return text[:max_chars]
 
@@ -103,45 +105,50 @@ def assemble(problem: CodeProblem, code: str) -> str:
     return ("    pass\n\n" + code) if defines else code
 
 
-_PRELUDE = """\
-import sys as _ludic_sys
-def _ludic_reporter(_nonce=_ludic_sys.stdin.readline().strip(), _out=_ludic_sys.__stdout__):
-    def report(*parts):
-        _out.write("\\n" + _nonce + " " + " ".join(parts) + "\\n")
-        _out.flush()
-    return report
-_ludic_report = _ludic_reporter()
-del _ludic_reporter
+_JUDGE_PRELUDE = """\
+import json as _ludic_json
+def _ludic_report(kind, index=-1, message=""):
+    _ludic_verdict.write(_ludic_json.dumps([kind, index, message]) + "\\n")
 """
 
 
-def build_program(problem: CodeProblem, completion: str) -> tuple[str, int]:
-    """(program, number of tests): the reference program with `check`'s
-    asserting statements counted one by one."""
+def build_judge(problem: CodeProblem) -> tuple[Judge, int]:
+    """(judge, number of tests): the problem's prompt (its imports and helpers)
+    and its `check`, with the asserting statements counted one by one, run
+    against the candidate's `entry_point` through the proxy."""
     test, total = _instrument(problem.test)
-    program = (_PRELUDE + problem.prompt + completion + "\n" + test + "\n"
-               + f"check({problem.entry_point})\n_ludic_report('done')\n"
-               # end as the reference's child does (os._exit): no atexit handler of the candidate runs after
-               + "_ludic_sys.stdout.flush()\n_ludic_sys.stderr.flush()\n__import__('os')._exit(0)\n")
-    return program, total
+    program = (_JUDGE_PRELUDE + _complete(problem.prompt)
+               # as in the reference, the tests see the candidate's function under its own name too (HumanEval/33's do)
+               + f"\n{problem.entry_point} = _ludic_candidate\n" + test + "\n"
+               + "check(_ludic_candidate)\n_ludic_report('done')\n")
+    return Judge(program=program, entry_point=problem.entry_point), total
 
 
-def new_nonce() -> str:
-    return "LUDIC-" + secrets.token_hex(16)
-
-
-def read_report(result: ExecResult, nonce: str, total: int) -> TestReport:
-    passed, failures, completed = set(), [], False
-    for line in result.stdout.splitlines():
-        if not line.startswith(nonce + " "):
+def _complete(prompt: str) -> str:
+    """The prompt as a module the judge can run: a bare signature (no docstring) gets a body."""
+    for text in (prompt, prompt.rstrip() + "\n    pass\n"):
+        try:
+            ast.parse(text)
+            return text
+        except SyntaxError:
             continue
-        parts = line[len(nonce) + 1:].split(" ", 2)
-        if parts[0] == "done":
+    return prompt  # the judge then fails to compile, and the run fails with its error
+
+
+def read_report(result: ExecResult, total: int) -> TestReport:
+    """The judge's verdict lines (JSON [kind, test index, message]) as a report; anything else is ignored."""
+    passed, failures, completed = set(), [], False
+    for line in result.verdict.splitlines():
+        try:
+            kind, index, message = json.loads(line)
+        except (ValueError, TypeError):
+            continue
+        if kind == "done":
             completed = True
-        elif parts[0] == "pass" and len(parts) >= 2:
-            passed.add(int(parts[1]))
-        elif parts[0] == "fail" and len(parts) == 3:
-            failures.append(json.loads(parts[2]))
+        elif kind == "pass" and index in range(total):
+            passed.add(index)
+        elif kind == "fail":
+            failures.append(str(message))
     return TestReport(total=total, passed_tests=len(passed), failures=tuple(failures), completed=completed,
                       result=result)
 
@@ -164,9 +171,9 @@ def _instrument(test_src: str) -> tuple[str, int]:
             wrapped = ast.parse(
                 f"try:\n    pass\n"
                 f"except BaseException as _ludic_e:\n"
-                f"    _ludic_report('fail', '{total}', __import__('json').dumps({source!r} + ' -> ' + "
-                f"(type(_ludic_e).__name__ + (': ' + str(_ludic_e) if str(_ludic_e) else ''))[:300]))\n"
-                f"else:\n    _ludic_report('pass', '{total}')\n").body[0]
+                f"    _ludic_report('fail', {total}, {source!r} + ' -> ' + "
+                f"(type(_ludic_e).__name__ + (': ' + str(_ludic_e) if str(_ludic_e) else ''))[:300])\n"
+                f"else:\n    _ludic_report('pass', {total})\n").body[0]
             wrapped.body = [stmt]
             body.append(wrapped)
             total += 1

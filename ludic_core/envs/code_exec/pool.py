@@ -14,7 +14,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ludic_core.envs.code_exec.sandbox import ExecResult, Limits, Sandbox
+from ludic_core.envs.code_exec.sandbox import ExecResult, Judge, Limits, Sandbox
 
 __all__ = ["SandboxPool"]
 
@@ -31,17 +31,19 @@ class SandboxPool:
         self._first: float | None = None
         self._last: float | None = None
 
-    def run(self, program: str, *, limits: Limits | None = None, stdin: str = "") -> ExecResult:
+    def run(self, program: str, *, limits: Limits | None = None, stdin: str = "",
+            judge: Judge | None = None) -> ExecResult:
         """Blocking: waits for a free slot, then for the execution."""
-        return self._executor.submit(self._timed, program, limits or self.limits, stdin).result()
+        return self._executor.submit(self._timed, program, limits or self.limits, stdin, judge).result()
 
-    async def arun(self, program: str, *, limits: Limits | None = None, stdin: str = "") -> ExecResult:
+    async def arun(self, program: str, *, limits: Limits | None = None, stdin: str = "",
+                   judge: Judge | None = None) -> ExecResult:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._timed, program, limits or self.limits, stdin)
+        return await loop.run_in_executor(self._executor, self._timed, program, limits or self.limits, stdin, judge)
 
-    def _timed(self, program: str, limits: Limits, stdin: str) -> ExecResult:
+    def _timed(self, program: str, limits: Limits, stdin: str, judge: Judge | None) -> ExecResult:
         t0 = time.monotonic()
-        result = self.sandbox.run(program, limits=limits, stdin=stdin)
+        result = self.sandbox.run(program, limits=limits, stdin=stdin, judge=judge)
         t1 = time.monotonic()
         with self._lock:
             self._first = t0 if self._first is None else min(self._first, t0)

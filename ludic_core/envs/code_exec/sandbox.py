@@ -1,37 +1,36 @@
 """Run untrusted Python in an isolation layer, with limits, and say what happened.
 
 A policy being trained will, sooner or later, write code that loops forever,
-eats memory, forks, opens sockets or reads secrets. Model-written code never
-runs in our process: a `Sandbox` runs a program in a fresh process tree and
-returns an `ExecResult`; whatever the program does, the call returns within
-`Limits.wall_s` (plus a second to reap) and the process tree is gone.
+eats memory, forks, opens sockets, reads secrets, or forges its own reward.
+Model-written code never runs in our process: a `Sandbox` runs a program in a
+fresh process tree and returns an `ExecResult`; whatever the program does, the
+call returns within `Limits.wall_s` (plus a few seconds to reap) and the
+process tree is gone. A `Judge` (the problem's tests) runs beside it as a
+second process the candidate cannot reach, calling the candidate's function
+with plain data and writing the verdict where only we read it (`jail.py`,
+`crossing.py`; the threat model is in docs/threat-model.md).
 
-The program runs as `python -I -S -B` (isolated mode, no `site`): the
-standard library only, which is what HumanEval-style code needs, and `site`'s
-import costs ~30 ms a run here (more than the rest of the sandbox).
-`site_packages=True` gives it the interpreter's own third-party packages
-(never the project's virtual environment).
+Programs run as `python -I -S -B` (isolated mode, no `site`): the standard
+library only, which is what HumanEval-style code needs.
 
 Backends:
-- `BwrapSandbox`: bubblewrap, started afresh for every run. No network (own
-  net namespace), own pid namespace (whatever the program left behind is
-  killed when it ends), a read-only view of only the interpreter's prefix and
-  the system libraries, a private size-capped tmpfs at /tmp, a cleared
-  environment, and rlimits on CPU seconds, address space, processes and file
-  size, set inside the sandbox before the program starts.
-- `WarmBwrapSandbox` (`warm.py`; `make_sandbox`'s default as root): the same
-  sandbox kept alive per concurrent slot, each run a process forked from a
-  warm server inside it (~10 ms a run instead of ~35-65 ms).
-- `DockerSandbox`: the same limits through `docker run` / `podman run`, where a
-  daemon is present (none on a machine without one; `available()` says).
-- `SubprocessSandbox`: rlimits and a cleared environment but no isolation:
-  the program sees the filesystem and the network, and runs as our uid (as
-  root, the process limit does not bind). Opt-in only
+- `BwrapSandbox`: bubblewrap, started afresh for every run. No network, own
+  pid namespace, a read-only view of only the interpreter's prefix and the
+  system libraries, a private /tmp, a cleared environment, rlimits, a seccomp
+  filter; as root also a uid per process, a memory cgroup per run, and the
+  run's own mount and IPC namespace.
+- `WarmBwrapSandbox` (`warm.py`; `make_sandbox`'s default as root): the same,
+  kept alive per concurrent slot, each run forked from a warm server inside it.
+- `DockerSandbox`: the same jail through `docker run` / `podman run`, where a
+  daemon is present (`available()` says).
+- `SubprocessSandbox`: rlimits, a cleared environment and the judge split, but
+  no isolation: the program sees the filesystem and the network. Opt-in only
   (`allow_unsandboxed=True`), and it warns on every start.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -39,22 +38,26 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import Field
 
+from ludic_core.envs.code_exec import cgroup
+from ludic_core.envs.code_exec.uids import UidBlock
 from ludic_core.frozen import FrozenModel
 
-__all__ = ["Limits", "ExecResult", "Sandbox", "SandboxError", "BwrapSandbox", "DockerSandbox",
+__all__ = ["Limits", "ExecResult", "Judge", "Sandbox", "SandboxError", "BwrapSandbox", "DockerSandbox",
            "SubprocessSandbox", "make_sandbox"]
 
 log = logging.getLogger(__name__)
 
 Status = Literal["ok", "error", "timeout", "killed"]
+JAIL_FILES = ("jail.py", "seccomp.py", "crossing.py")
+_HERE = Path(__file__).parent
+_GRACE_S = 5.0
 
 
 class SandboxError(RuntimeError):
@@ -64,26 +67,41 @@ class SandboxError(RuntimeError):
 class Limits(FrozenModel):
     """What one execution may use. Exceeding one ends it as a failed attempt."""
 
-    wall_s: float = Field(10.0, gt=0, description="wall-clock limit; then the whole process tree is killed")
-    cpu_s: int = Field(10, ge=1, description="RLIMIT_CPU seconds")
-    memory_mb: int = Field(1024, ge=64, description="RLIMIT_AS: address space of each process")
-    processes: int = Field(32, ge=1, description="RLIMIT_NPROC: processes and threads the program may run")
-    file_mb: int = Field(16, ge=1, description="RLIMIT_FSIZE: the largest file it may write (stdout included)")
-    tmp_mb: int = Field(64, ge=1, description="size of its private /tmp (bubblewrap)")
-    output_chars: int = Field(8192, ge=0, description="stdout / stderr kept in the result (their tails)")
+    wall_s: float = Field(10.0, gt=0, le=3600, description="wall-clock limit (at most 3600 s); then every process of "
+                                                           "the run is killed")
+    cpu_s: int = Field(10, ge=1, le=3600, description="RLIMIT_CPU seconds (at most 3600)")
+    memory_mb: int = Field(1024, ge=64, le=65536, description="memory of the whole run where a memory cgroup can be "
+                                                             "made (as root), else RLIMIT_AS of each process")
+    processes: int = Field(32, ge=1, le=4096, description="RLIMIT_NPROC: processes and threads the program may run")
+    file_mb: int = Field(16, ge=1, le=4096, description="RLIMIT_FSIZE: the largest file it may write (stdout included)")
+    tmp_mb: int = Field(64, ge=1, le=65536, description="size of its private /tmp (bubblewrap)")
+    output_chars: int = Field(8192, ge=0, le=1 << 24, description="stdout / stderr kept in the result (their tails)")
+
+
+@dataclass(frozen=True)
+class Judge:
+    """Trusted code run beside the candidate: `program` calls `_ludic_candidate`
+    (the candidate's `entry_point`, through `crossing.proxy`) and writes its
+    verdict to `_ludic_verdict`."""
+
+    program: str
+    entry_point: str
 
 
 @dataclass(frozen=True)
 class ExecResult:
     """`ok`: exit status 0; `error`: another exit status; `timeout`: killed at
     the wall-clock limit; `killed`: ended by a signal (CPU or file-size limit,
-    out of memory)."""
+    out of memory). In a judged run the status is the judge's, `stdout` and
+    `stderr` are the candidate's, and `verdict` is what the judge wrote."""
 
     status: Status
     returncode: int | None
     stdout: str
     stderr: str
     wall_s: float
+    verdict: str = ""
+    judge_stderr: str = ""
 
     @property
     def ok(self) -> bool:
@@ -103,169 +121,115 @@ class ExecResult:
 
 @runtime_checkable
 class Sandbox(Protocol):
-    """Runs a Python program under `limits`; `stdin` is its standard input."""
+    """Runs a Python program under `limits`; `stdin` is its standard input; a
+    `judge` turns the run into a test of the program's `judge.entry_point`."""
 
     name: str
 
-    def run(self, program: str, *, limits: Limits, stdin: str = "") -> ExecResult: ...
+    def run(self, program: str, *, limits: Limits, stdin: str = "", judge: Judge | None = None) -> ExecResult: ...
 
 
-# Runs inside the sandbox as its first process. The program runs as a child
-# under its own uid (when we are root: an unprivileged uid of its own, so
-# RLIMIT_NPROC binds, which it never does for root, and it cannot signal this
-# process) with the limits set; once it exits, everything it left behind in
-# the pid namespace is killed (`reap`, only where there is one), and its
-# status is passed on (128 + n for signal n).
-_LAUNCHER = """\
-import os, resource, signal, sys
-cfg = {cfg}
-pid = os.fork()
-if pid == 0:
-    if cfg["uid"] is not None:
-        os.setgroups([])
-        os.setgid(cfg["uid"])
-        os.setuid(cfg["uid"])
-    for name, (soft, hard) in cfg["limits"].items():
-        resource.setrlimit(getattr(resource, name), (soft, hard))
-    os.execv(sys.executable, [sys.executable, *cfg["flags"], sys.argv[1]])
-_, status = os.waitpid(pid, 0)
-if cfg["reap"]:
-    try:
-        os.kill(-1, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-os._exit(128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
-"""
-
-
-def _rlimits(limits: Limits, *, nproc_base: int) -> dict[str, tuple[int, int]]:
+def _rlimits(limits: Limits, *, nproc_base: int, address_space: bool = True) -> dict[str, tuple[int, int]]:
     """(soft, hard) per resource.RLIMIT_* name. CPU: SIGXCPU at the soft limit, SIGKILL a second later."""
     mb = 1024 * 1024
-    return {"RLIMIT_CPU": (limits.cpu_s, limits.cpu_s + 1), "RLIMIT_AS": (limits.memory_mb * mb,) * 2,
-            "RLIMIT_NPROC": (nproc_base + limits.processes,) * 2, "RLIMIT_FSIZE": (limits.file_mb * mb,) * 2,
-            "RLIMIT_CORE": (0, 0)}
+    out = {"RLIMIT_CPU": (limits.cpu_s, limits.cpu_s + 1), "RLIMIT_NPROC": (nproc_base + limits.processes,) * 2,
+           "RLIMIT_FSIZE": (limits.file_mb * mb,) * 2, "RLIMIT_CORE": (0, 0)}
+    if address_space:
+        out["RLIMIT_AS"] = (limits.memory_mb * mb,) * 2
+    return out
 
 
-def _launcher(limits: Limits, *, uid: int | None, nproc_base: int, reap: bool, site: bool) -> str:
-    flags = ["-I", "-B"] + ([] if site else ["-S"])
-    return _LAUNCHER.format(cfg=repr({"uid": uid, "limits": _rlimits(limits, nproc_base=nproc_base), "reap": reap,
-                                      "flags": flags}))
+def jail_request(program: str, limits: Limits, stdin: str, judge: Judge | None, nproc_base: int,
+                 cgroup_bound: bool) -> str:
+    """One JSON line for `jail.py`. With a memory cgroup the limit binds the run; RLIMIT_AS stays as well
+    (a generous 4x per process) so one process still fails fast with MemoryError."""
+    rl = _rlimits(limits, nproc_base=nproc_base)
+    if cgroup_bound:
+        rl["RLIMIT_AS"] = (4 * limits.memory_mb * 1024 * 1024,) * 2
+    return json.dumps({"program": program, "stdin": stdin, "wall_s": limits.wall_s, "tmp_mb": limits.tmp_mb,
+                       "memory_mb": limits.memory_mb, "output_chars": limits.output_chars, "rlimits": rl,
+                       "judge": judge.program if judge else None, "serve": judge.entry_point if judge else None})
 
 
-UID_BASE = 1_200_000
-_UIDS_PER_PROCESS = 1024
-_uid_free: list[int] | None = None
-_uid_lock = threading.Lock()
+def result_from_reply(reply: Any, judged: bool, wall_s: float) -> ExecResult:
+    """The jail's answer as an ExecResult; a missing or unreadable answer is the run's failure, said as such."""
+    if not isinstance(reply, dict) or reply.get("error") or "timed_out" not in reply:
+        why = reply.get("error") if isinstance(reply, dict) else None
+        log.warning("sandbox run failed outside the program: %s", why or "no answer")
+        return ExecResult(status="error", returncode=None, stdout="", stderr=f"the sandbox failed: {why or 'no answer'}",
+                          wall_s=wall_s)
+    judge = reply.get("judge") or {}
+    code = judge.get("returncode") if judged else reply.get("returncode")
+    if reply["timed_out"]:
+        status: Status = "timeout"
+    elif code == 0:
+        status = "ok"
+    elif isinstance(code, int) and code < 0:
+        status = "killed"
+    else:
+        status = "error"
+    return ExecResult(status=status, returncode=code, stdout=str(reply.get("stdout", "")),
+                      stderr=str(reply.get("stderr", "")), wall_s=float(reply.get("wall_s", wall_s)),
+                      verdict=str(judge.get("verdict", "")), judge_stderr=str(judge.get("stderr", "")))
 
 
-class _UidSlots:
-    """When we run as root: one unprivileged uid per execution in flight, so
-    each program's RLIMIT_NPROC counts its own processes only (the count is
-    per uid, machine-wide). The uids come from one list per process (every
-    sandbox of the process draws from it), offset by our pid so two processes
-    on a machine rarely share one. Otherwise the program keeps our uid, and
-    its process limit is set above the tasks we already run."""
+class _JailSandbox:
+    """A fresh jail per run: the backend's command starts `jail.py` once, the
+    request goes in on stdin, the answer comes back on stdout."""
 
-    def __init__(self, drop: bool = True) -> None:
-        self.root = drop and os.geteuid() == 0
-
-    def acquire(self) -> int | None:
-        global _uid_free
-        if not self.root:
-            return None
-        with _uid_lock:
-            if _uid_free is None:
-                base = UID_BASE + (os.getpid() % 1024) * _UIDS_PER_PROCESS
-                _uid_free = list(range(base + _UIDS_PER_PROCESS - 1, base - 1, -1))
-            if not _uid_free:
-                raise SandboxError(f"more than {_UIDS_PER_PROCESS} sandbox executions in flight")
-            return _uid_free.pop()
-
-    def release(self, uid: int | None) -> None:
-        if uid is not None:
-            with _uid_lock:
-                _uid_free.append(uid)
-
-    def nproc_base(self) -> int:
-        return 0 if self.root else _tasks_of(os.getuid())
-
-
-class _ProcessSandbox:
-    """Shared machinery: write the program to a private host dir, run the
-    backend's command in its own session, kill its process group at the
-    deadline, read back the (size-capped) output files."""
-
-    name = "process"
-    signal_exits = True  # the launcher reports "killed by signal n" as exit status 128 + n
-    reap = False  # whether the command runs in its own pid namespace (then leftovers are killed at exit)
+    name = "jail"
+    private = False  # per-run mount + IPC namespace (needs the jail to hold CAP_SYS_ADMIN)
 
     def __init__(self, site_packages: bool = False) -> None:
-        self._uids = _UidSlots()
         self.site_packages = site_packages
+        self.drop_uids = os.geteuid() == 0
 
-    def command(self, workdir: Path, limits: Limits) -> list[str]:
+    def command(self, limits: Limits, cfg: dict, cgroup_dir: Path | None) -> list[str]:
         raise NotImplementedError
 
     def nproc_base(self) -> int:
-        """Tasks that already count against the program's RLIMIT_NPROC."""
-        return self._uids.nproc_base()
+        """Tasks that already count against the program's RLIMIT_NPROC (those of our uid when we keep it)."""
+        return 0 if self.drop_uids else _tasks_of(os.getuid())
 
-    def env(self) -> dict[str, str]:
-        return {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
-
-    def run(self, program: str, *, limits: Limits, stdin: str = "") -> ExecResult:
-        uid = self._uids.acquire()
-        try:
-            with tempfile.TemporaryDirectory(prefix="ludic-sandbox-") as tmp:
-                work = Path(tmp)
-                work.chmod(0o711)  # the program's own uid must reach main.py (it cannot list the dir)
-                (work / "main.py").write_text(program)
-                (work / "launch.py").write_text(_launcher(limits, uid=uid, nproc_base=self.nproc_base(),
-                                                          reap=self.reap, site=self.site_packages))
-                for f in ("main.py", "launch.py"):
-                    (work / f).chmod(0o644)
-                return self._run(work, limits, stdin)
-        finally:
-            self._uids.release(uid)
-
-    def _run(self, work: Path, limits: Limits, stdin: str) -> ExecResult:
-        out_path, err_path = work / "stdout", work / "stderr"
+    def run(self, program: str, *, limits: Limits, stdin: str = "", judge: Judge | None = None) -> ExecResult:
+        uids = UidBlock.acquire(2) if self.drop_uids else None
+        cg = cgroup.run_cgroup(uids[0]) if uids and self.private else None
         start = time.monotonic()
-        with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc = subprocess.Popen(self.command(work, limits), stdin=subprocess.PIPE, stdout=out, stderr=err,
-                                    env=self.env(), cwd=work, start_new_session=True, close_fds=True)
-            timed_out = False
+        try:
+            cfg = {"uids": uids, "private": self.private, "cgroup": "/jail/cgroup" if cg else None, "once": True,
+                   "tmp": "/tmp"}
+            request = jail_request(program, limits, stdin, judge, self.nproc_base(), cg is not None)
+            reply = self._exchange(self.command(limits, cfg, cg), request, limits.wall_s + _GRACE_S)
+        finally:
+            cgroup.remove(cg)
+            if uids:
+                UidBlock.release(uids)
+        return result_from_reply(reply, judge is not None, time.monotonic() - start)
+
+    def _exchange(self, cmd: list[str], request: str, timeout: float) -> Any:
+        with tempfile.TemporaryFile() as err:
+            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                    env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, start_new_session=True)
             try:
-                proc.communicate(stdin.encode(), timeout=limits.wall_s)
+                out, _ = proc.communicate(request.encode() + b"\n", timeout=timeout)
             except subprocess.TimeoutExpired:
-                timed_out = True
-            except BrokenPipeError:  # it exited before reading its input
-                pass
+                out = b""
             finally:
                 _kill_group(proc)
                 proc.wait()
-        wall = time.monotonic() - start
-        code = proc.returncode
-        stdout, stderr = _tail(out_path, limits.output_chars), _tail(err_path, limits.output_chars)
-        if timed_out:
-            status: Status = "timeout"
-        elif code == 0:
-            status = "ok"
-        elif code < 0:
-            status = "killed"
-        elif self.signal_exits and code > 128:
-            status, code = "killed", -(code - 128)
-        else:
-            status = "error"
-        return ExecResult(status=status, returncode=code, stdout=stdout, stderr=stderr, wall_s=wall)
+            try:
+                return json.loads(out)
+            except ValueError:
+                err.seek(0)
+                return {"error": f"no answer from the jail (exit status {proc.returncode}): "
+                                 f"{err.read()[-500:].decode('utf-8', 'replace').strip()}"}
 
 
-class BwrapSandbox(_ProcessSandbox):
+class BwrapSandbox(_JailSandbox):
     """bubblewrap: no network, own pid namespace, read-only interpreter and
-    system libraries only, private /tmp, cleared environment, rlimits."""
+    system libraries only, private /tmp, cleared environment, rlimits, seccomp."""
 
     name = "bwrap"
-    reap = True
 
     def __init__(self, bwrap: str | None = None, python: str | None = None, site_packages: bool = False) -> None:
         super().__init__(site_packages)
@@ -275,13 +239,16 @@ class BwrapSandbox(_ProcessSandbox):
                                "it is the sandbox model-written code runs in")
         self.python = python or _base_python()
         self.prefix = _prefix_of(self.python)
+        self.private = self.drop_uids
 
     def root_view(self, limits: Limits) -> list[str]:
         """bwrap arguments up to the command: namespaces, a cleared environment,
         read-only system libraries and interpreter, /proc, /dev, a private /tmp."""
-        # root needs no user namespace (and the program gets a uid of its own); others need one
         ns = ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
-        if os.geteuid() != 0:
+        if self.drop_uids:  # root needs no user namespace; the jail keeps only what it needs to set runs up
+            ns += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
+                   "--cap-add", "CAP_SYS_ADMIN"]
+        else:
             ns.append("--unshare-user")
         cmd = [self.bwrap, *ns, "--die-with-parent", "--new-session", "--clearenv",
                "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8"]
@@ -295,27 +262,28 @@ class BwrapSandbox(_ProcessSandbox):
             for parent in reversed(Path(self.prefix).parents[:-1]):  # e.g. /root: traversable, and empty
                 cmd += ["--perms", "0755", "--dir", str(parent)]
             cmd += ["--ro-bind", self.prefix, self.prefix]
-        return cmd + ["--proc", "/proc", "--dev", "/dev",
-                      "--perms", "1777", "--size", str(limits.tmp_mb * 1024 * 1024), "--tmpfs", "/tmp",
-                      "--perms", "0755", "--dir", "/sandbox", "--chdir", "/tmp"]
+        cmd += ["--proc", "/proc", "--dev", "/dev",
+                "--perms", "1777", "--size", str(limits.tmp_mb * 1024 * 1024), "--tmpfs", "/tmp",
+                "--perms", "0755", "--dir", "/sandbox", "--perms", "0755", "--dir", "/jail", "--chdir", "/tmp"]
+        for f in JAIL_FILES:
+            cmd += ["--ro-bind", str(_HERE / f), f"/jail/{f}"]
+        return cmd
 
-    def command(self, workdir: Path, limits: Limits) -> list[str]:
-        return self.root_view(limits) + [
-            "--ro-bind", str(workdir / "main.py"), "/sandbox/main.py",
-            "--ro-bind", str(workdir / "launch.py"), "/sandbox/launch.py",
-            "--", self.python, "-I", "-S", "-B", "/sandbox/launch.py", "/sandbox/main.py"]
+    def command(self, limits: Limits, cfg: dict, cgroup_dir: Path | None) -> list[str]:
+        cg = ["--bind", str(cgroup_dir), "/jail/cgroup"] if cgroup_dir else []
+        return self.root_view(limits) + cg + ["--", self.python, "-I", "-S", "-B", "/jail/jail.py", json.dumps(cfg)]
 
 
-class DockerSandbox(_ProcessSandbox):
+class DockerSandbox(_JailSandbox):
     """`docker run` (or podman) with no network, a read-only root, a tmpfs
-    /tmp and the same rlimits; needs a daemon and the image pulled."""
+    /tmp, a memory limit for the whole container and the jail's rlimits and
+    seccomp filter; needs a daemon and the image pulled."""
 
     name = "docker"
-    reap = True
 
     def __init__(self, image: str = "python:3.11-slim", cli: str | None = None, site_packages: bool = False) -> None:
         super().__init__(site_packages=site_packages)
-        self._uids = _UidSlots(drop=False)  # the container runs as --user below; --pids-limit binds
+        self.drop_uids = False  # the container runs as --user below; --pids-limit binds
         self.cli = cli or shutil.which("docker") or shutil.which("podman")
         if self.cli is None:
             raise SandboxError("neither docker nor podman is installed")
@@ -331,34 +299,39 @@ class DockerSandbox(_ProcessSandbox):
         except (OSError, subprocess.TimeoutExpired):
             return False
 
-    def command(self, workdir: Path, limits: Limits) -> list[str]:
+    def command(self, limits: Limits, cfg: dict, cgroup_dir: Path | None) -> list[str]:
+        mounts = [a for f in JAIL_FILES for a in ("-v", f"{_HERE / f}:/jail/{f}:ro")]
         return [self.cli, "run", "--rm", "-i", "--network", "none", "--read-only",
                 "--tmpfs", f"/tmp:size={limits.tmp_mb}m", "--memory", f"{limits.memory_mb}m",
                 "--pids-limit", str(limits.processes), "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-                "-v", f"{workdir / 'main.py'}:/sandbox/main.py:ro", "-v", f"{workdir / 'launch.py'}:/sandbox/launch.py:ro",
-                "--user", "65534:65534", "-w", "/tmp", "--stop-timeout", "1", self.image,
-                "python", "-I", "-S", "-B", "/sandbox/launch.py", "/sandbox/main.py"]
+                *mounts, "--user", "65534:65534", "-w", "/tmp", "--stop-timeout", "1", self.image,
+                "python", "-I", "-S", "-B", "/jail/jail.py", json.dumps(cfg)]
 
 
-class SubprocessSandbox(_ProcessSandbox):
-    """No isolation: rlimits and a cleared environment only. For machines
-    without bubblewrap, and only when asked for; warns every time it starts."""
+class SubprocessSandbox(_JailSandbox):
+    """No isolation: rlimits, a cleared environment and the judge split only.
+    For machines without bubblewrap, and only when asked for; warns every time."""
 
     name = "subprocess"
 
     def __init__(self, *, allow_unsandboxed: bool = False, python: str | None = None,
                  site_packages: bool = False) -> None:
         super().__init__(site_packages=site_packages)
-        self._uids = _UidSlots(drop=False)  # our uid: the interpreter may not be readable by another
+        self.drop_uids = False  # our uid: the interpreter may not be readable by another
         if not allow_unsandboxed:
             raise SandboxError("the subprocess backend does not isolate model-written code (it can read your files "
                                "and use the network); pass allow_unsandboxed=True to use it anyway")
         self.python = python or _base_python()
 
-    def command(self, workdir: Path, limits: Limits) -> list[str]:
+    def run(self, program: str, *, limits: Limits, stdin: str = "", judge: Judge | None = None) -> ExecResult:
         log.warning("running model-written code WITHOUT a sandbox (subprocess backend): it can read files and "
                     "use the network")
-        return [self.python, "-I", "-S", "-B", str(workdir / "launch.py"), str(workdir / "main.py")]
+        with tempfile.TemporaryDirectory(prefix="ludic-sandbox-") as self._tmp:
+            return super().run(program, limits=limits, stdin=stdin, judge=judge)
+
+    def command(self, limits: Limits, cfg: dict, cgroup_dir: Path | None) -> list[str]:
+        cfg = {**cfg, "tmp": self._tmp}
+        return [self.python, "-I", "-S", "-B", str(_HERE / "jail.py"), json.dumps(cfg)]
 
 
 Backend = Literal["bwrap", "bwrap-warm", "bwrap-cold", "docker", "subprocess"]
@@ -402,14 +375,6 @@ def _kill_group(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _tail(path: Path, n: int) -> str:
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        if size > n:
-            f.seek(size - n)
-        return f.read().decode("utf-8", "replace")
 
 
 def _signal_name(n: int) -> str:

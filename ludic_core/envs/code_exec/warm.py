@@ -1,16 +1,17 @@
 """`WarmBwrapSandbox`: the bubblewrap sandbox with a fork server per slot.
 
-A cold sandbox starts bubblewrap and two interpreters per run (~30-60 ms
-here); HumanEval's own harness forks a warm process (~15 ms) but isolates
-nothing. Here each concurrent slot keeps one bubblewrap sandbox alive with a
-fork server inside (`zygote.py`, the standard library imported once) and every
-run is a fresh process forked from it: the same namespaces, read-only root,
-no network and rlimits as `BwrapSandbox`, under the slot's own unprivileged
-uid; at the end every process of that uid is killed and /tmp is wiped, so no
-run sees another's leftovers. What is shared between the runs of a slot is
-the (read-only) view and the server's memory, which a child only reads.
+A cold sandbox starts bubblewrap and an interpreter per run (~30-60 ms here);
+HumanEval's own harness forks a warm process (~15 ms) but isolates nothing.
+Here each concurrent slot keeps one bubblewrap sandbox alive with `jail.py`
+serving inside it, and every run is forked from it with the same isolation as
+a cold run: a mount and IPC namespace and a /tmp of the run's own (its
+`tmp_mb`), a memory cgroup limited to the run's `memory_mb`, uids of the
+slot's own for the candidate and the judge, rlimits and the seccomp filter.
+What a slot shares between runs is the read-only view and the jail's memory,
+which a run only reads; nothing a run makes (files, IPC, processes, keys)
+reaches the next.
 
-A slot whose server dies or stops answering (wall limit + 5 s) is killed and
+A slot whose jail dies or stops answering (wall limit + 5 s) is killed and
 replaced; that run is reported as a failure, never retried silently.
 """
 
@@ -24,25 +25,31 @@ import threading
 import time
 from pathlib import Path
 
-from ludic_core.envs.code_exec.sandbox import BwrapSandbox, ExecResult, Limits, SandboxError, Status, _rlimits
+from ludic_core.envs.code_exec import cgroup
+from ludic_core.envs.code_exec.sandbox import (BwrapSandbox, ExecResult, Judge, Limits, SandboxError, jail_request,
+                                               result_from_reply)
+from ludic_core.envs.code_exec.uids import UidBlock
 
 __all__ = ["WarmBwrapSandbox"]
 
-_ZYGOTE = Path(__file__).with_name("zygote.py")
 _GRACE_S = 5.0
 
 
 class _Slot:
-    def __init__(self, sandbox: WarmBwrapSandbox, uid: int, limits: Limits) -> None:
-        self.uid = uid
-        cmd = sandbox.root_view(limits) + [
-            "--perms", "0700", "--tmpfs", "/io", "--ro-bind", str(_ZYGOTE), "/sandbox/zygote.py",
-            "--", sandbox.python, "-I", "-S", "-B", "/sandbox/zygote.py", str(uid)]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     env={"PATH": "/usr/bin:/bin"}, start_new_session=True, close_fds=True,
-                                     text=True, bufsize=1)
+    def __init__(self, sandbox: WarmBwrapSandbox, uids: list[int], limits: Limits) -> None:
+        self.uids = uids
+        self.cgroup: Path | None = cgroup.run_cgroup(uids[0])
+        cfg = {"uids": uids, "private": True, "cgroup": "/jail/cgroup" if self.cgroup else None, "once": False,
+               "tmp": "/tmp"}
+        self.proc = subprocess.Popen(sandbox.command(limits, cfg, self.cgroup), stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin"},
+                                     start_new_session=True, close_fds=True, text=True, bufsize=1)
         hello = self._read(30.0)
-        if not hello or not json.loads(hello).get("ready"):
+        try:
+            ready = json.loads(hello).get("ready") if hello else False
+        except ValueError:
+            ready = False
+        if not ready:
             self.kill()
             raise SandboxError(f"the warm sandbox did not start (bwrap exit status {self.proc.poll()})")
 
@@ -58,14 +65,17 @@ class _Slot:
             return ""
         return box[0] if box else ""
 
-    def run(self, request: dict, wall_s: float) -> dict | None:
+    def run(self, request: str, wall_s: float) -> object:
         try:
-            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.write(request + "\n")
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             return None
         line = self._read(wall_s + _GRACE_S)
-        return json.loads(line) if line else None
+        try:
+            return json.loads(line) if line else None
+        except ValueError:
+            return None
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -76,6 +86,7 @@ class _Slot:
         except (ProcessLookupError, PermissionError):
             pass
         self.proc.wait()
+        cgroup.remove(self.cgroup)
 
 
 class WarmBwrapSandbox(BwrapSandbox):
@@ -83,8 +94,8 @@ class WarmBwrapSandbox(BwrapSandbox):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
-        if not self._uids.root:
-            raise SandboxError("the warm sandbox gives each slot a uid of its own, which needs root; "
+        if not self.drop_uids:
+            raise SandboxError("the warm sandbox gives each slot uids of its own, which needs root; "
                                "use BwrapSandbox (cold) as a normal user")
         if self.site_packages:
             raise SandboxError("the warm sandbox runs the standard library only (site_packages=False)")
@@ -92,36 +103,24 @@ class WarmBwrapSandbox(BwrapSandbox):
         self._all: list[_Slot] = []
         self._lock = threading.Lock()
 
-    def run(self, program: str, *, limits: Limits, stdin: str = "") -> ExecResult:
+    def run(self, program: str, *, limits: Limits, stdin: str = "", judge: Judge | None = None) -> ExecResult:
         slot = self._take(limits)
-        request = {"program": program, "stdin": stdin, "wall_s": limits.wall_s, "output_chars": limits.output_chars,
-                   "limits": _rlimits(limits, nproc_base=0)}
         start = time.monotonic()
-        reply = slot.run(request, limits.wall_s)
+        reply = slot.run(jail_request(program, limits, stdin, judge, 0, slot.cgroup is not None), limits.wall_s)
         if reply is None:  # the server died or hung: replace it, and say so
             self._drop(slot)
             return ExecResult(status="error", returncode=None, stdout="",
                               stderr="the sandbox's fork server stopped answering; it was replaced",
                               wall_s=time.monotonic() - start)
         self._give_back(slot)
-        code = reply["returncode"]
-        if reply["timed_out"]:
-            status: Status = "timeout"
-        elif code == 0:
-            status = "ok"
-        elif code < 0:
-            status = "killed"
-        else:
-            status = "error"
-        return ExecResult(status=status, returncode=code, stdout=reply["stdout"], stderr=reply["stderr"],
-                          wall_s=reply["wall_s"])
+        return result_from_reply(reply, judge is not None, time.monotonic() - start)
 
     def close(self) -> None:
         with self._lock:
             slots, self._all, self._free = list(self._all), [], []
         for slot in slots:
             slot.kill()
-            self._uids.release(slot.uid)
+            UidBlock.release(slot.uids)
 
     def _take(self, limits: Limits) -> _Slot:
         with self._lock:
@@ -130,12 +129,12 @@ class WarmBwrapSandbox(BwrapSandbox):
                 if slot.alive():
                     return slot
                 self._all.remove(slot)
-                self._uids.release(slot.uid)
-        uid = self._uids.acquire()
+                UidBlock.release(slot.uids)
+        uids = UidBlock.acquire(2)
         try:
-            slot = _Slot(self, uid, limits)
+            slot = _Slot(self, uids, limits)
         except BaseException:
-            self._uids.release(uid)
+            UidBlock.release(uids)
             raise
         with self._lock:
             self._all.append(slot)
@@ -150,7 +149,7 @@ class WarmBwrapSandbox(BwrapSandbox):
         with self._lock:
             if slot in self._all:
                 self._all.remove(slot)
-        self._uids.release(slot.uid)
+        UidBlock.release(slot.uids)
 
     def __del__(self) -> None:
         try:

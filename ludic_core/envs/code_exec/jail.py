@@ -1,0 +1,303 @@
+"""The sandbox's first process: runs each request's candidate (and its judge) and reports.
+
+Standard library only: this file runs inside the sandbox under `python -I -S`,
+never in our process. `python jail.py CONFIG` reads one JSON request per stdin
+line and answers one JSON line each; CONFIG (JSON) says what the sandbox lets
+it do:
+- `uids`: [candidate, judge] unprivileged uids (when the jail is root), so the
+  candidate can neither signal nor read the judge; null: one uid for both,
+  with every process of the jail non-dumpable (no ptrace, no /proc/PID/fd,
+  no /proc/PID/mem across processes);
+- `private`: each run gets its own mount and IPC namespace with a fresh /tmp
+  of the run's `tmp_mb` (needs CAP_SYS_ADMIN): nothing a run leaves in /tmp,
+  SysV IPC or POSIX queues outlives it, and a warm slot obeys each run's limits;
+- `cgroup`: a memory cgroup the run joins, limited to the run's `memory_mb`,
+  so the limit binds the whole run, not each process;
+- `once`: answer one request, then exit (the cold backends).
+
+A run: a leader process (in the private namespaces and the cgroup) forks the
+candidate and, for a judged run, the judge, each with its rlimits and the
+seccomp filter (`seccomp.py`); the candidate's module runs as `__main__`,
+then, for a judged run, answers the judge's calls (`crossing.serve`). The
+judge writes its verdict to fd 5, a memory file nobody else holds. At the end
+(the judge or candidate exited, or the wall-clock limit) every process of the
+run is killed.
+"""
+
+import ctypes
+import json
+import os
+import resource
+import select
+import signal
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import crossing  # noqa: E402
+import seccomp  # noqa: E402
+
+# warm: a forked child finds these imported (HumanEval prompts import typing, math, ...)
+import collections, functools, hashlib, heapq, itertools, math, re, string, typing  # noqa: E401,E402,F401
+
+_CLONE_NEWNS, _CLONE_NEWIPC = 0x00020000, 0x08000000
+_MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 2, 4, 16384, 1 << 18
+_VERDICT_BYTES = 1 << 20
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(rc, what):
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _private_namespaces(tmp_mb):
+    """A mount and IPC namespace of the run's own, with a fresh /tmp of `tmp_mb`."""
+    _check(_libc.unshare(_CLONE_NEWNS | _CLONE_NEWIPC), "unshare")
+    _check(_libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None), "mount --make-rprivate /")
+    opts = f"size={int(tmp_mb)}m,mode=1777".encode()
+    _check(_libc.mount(b"tmpfs", b"/tmp", b"tmpfs", _MS_NOSUID | _MS_NODEV, opts), "mount /tmp")
+
+
+def _join_cgroup(path, memory_mb):
+    """Limit `path` to `memory_mb` (swap included) and move this process into it (v2, else v1 files)."""
+    limit = str(int(memory_mb) * 1024 * 1024)
+    if os.path.exists(os.path.join(path, "memory.max")):
+        writes, required = [("memory.swap.max", "0"), ("memory.max", limit)], 1
+    else:  # v1: memory+swap may never be below memory, so write memory, then memory+swap, then memory again
+        writes, required = [("memory.limit_in_bytes", limit), ("memory.memsw.limit_in_bytes", limit)] * 2, 2
+    for i, (name, value) in enumerate(writes):
+        try:
+            with open(os.path.join(path, name), "w") as f:
+                f.write(value)
+        except OSError:  # swap accounting may be off; only the final memory limit must hold
+            if i == required:
+                raise
+    with open(os.path.join(path, "cgroup.procs"), "w") as f:
+        f.write("0")
+
+
+def _set_dumpable(on):
+    _libc.prctl(4, int(on), 0, 0, 0)  # PR_SET_DUMPABLE
+
+
+def _child(program, fds, uid, rlimits, tmp, serve=None, judge=False):
+    """Become one process of the run, then run `program` as __main__ (never returns)."""
+    try:
+        os.setsid()
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        os.closerange(len(fds), 65536)
+        os.chdir(tmp)
+        if uid is not None:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+        for name, (soft, hard) in rlimits.items():
+            resource.setrlimit(getattr(resource, name), (soft, hard))
+        seccomp.install()
+        os.environ.clear()
+        os.environ.update({"PATH": "/usr/bin:/bin", "HOME": tmp, "TMPDIR": tmp, "LANG": "C.UTF-8"})
+        sys.stdin = sys.__stdin__ = open(0, "r", closefd=False)
+        sys.stdout = sys.__stdout__ = open(1, "w", closefd=False)
+        sys.stderr = sys.__stderr__ = open(2, "w", closefd=False)
+        sys.argv = ["/sandbox/main.py"]
+        code = compile(program, "/sandbox/main.py", "exec")
+        scope = {"__name__": "__main__", "__file__": "/sandbox/main.py", "__builtins__": __builtins__}
+        if judge:
+            scope["_ludic_candidate"] = crossing.proxy()
+            scope["_ludic_verdict"] = open(5, "w", buffering=1, closefd=False)
+    except BaseException:  # noqa: BLE001 - a setup failure is the run's failure, never the jail's
+        sys.__excepthook__(*sys.exc_info())
+        _flush_exit(1)
+    status = 0
+    try:
+        exec(code, scope)
+        if serve is not None:
+            crossing.serve(scope.get(serve) or _missing(serve))
+    except SystemExit as e:  # as the interpreter treats it
+        status = 0 if e.code is None else e.code & 0xFF if isinstance(e.code, int) else _print_exit(e.code)
+    except BaseException as e:  # noqa: BLE001 - reported as the interpreter would (C-level, so deep stacks are quick)
+        sys.__excepthook__(type(e), e, e.__traceback__.tb_next)
+        status = 1
+    _flush_exit(status)
+
+
+def _missing(name):
+    def absent(*args, **kwargs):
+        raise NameError(f"name {name!r} is not defined")
+    return absent
+
+
+def _print_exit(code):
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _flush_exit(status):
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:  # noqa: BLE001
+            pass
+    os._exit(status)
+
+
+def _kill_uid(uid):
+    """Every process of `uid`: a helper becomes that uid and signals them all (itself included)."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            os.kill(-1, signal.SIGKILL)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def _wait(pid, deadline):
+    """The wait status of `pid`, or None at the deadline."""
+    fd = os.pidfd_open(pid)
+    try:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+    finally:
+        os.close(fd)
+    return os.waitpid(pid, 0)[1] if ready else None
+
+
+def _code(status):
+    if status is None:
+        return None
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
+def _lead(req, cfg, files, report_fd):
+    """The run's leader (a child of the jail): set the run's rooms up, start, wait, kill, report."""
+    try:
+        if cfg.get("private"):
+            _private_namespaces(req["tmp_mb"])
+        if cfg.get("cgroup"):
+            _join_cgroup(cfg["cgroup"], req["memory_mb"])
+        uids = cfg.get("uids") or [None, None]
+        tmp = cfg.get("tmp", "/tmp")
+        judged = req.get("judge") is not None
+        pipes = (os.pipe(), os.pipe()) if judged else ()
+        cand_fds = (files["stdin"], files["stdout"], files["stderr"]) + (
+            (pipes[0][0], pipes[1][1]) if judged else ())
+        deadline = time.monotonic() + float(req["wall_s"])
+        cand = os.fork()
+        if cand == 0:
+            _child(req["program"], cand_fds, uids[0], req["rlimits"], tmp, serve=req.get("serve"))
+        judge = None
+        if judged:
+            judge = os.fork()
+            if judge == 0:
+                devnull = os.open("/dev/null", os.O_RDONLY)
+                _child(req["judge"], (devnull, files["judge_out"], files["judge_err"], pipes[0][1], pipes[1][0],
+                                      files["verdict"]), uids[1], req["rlimits"], tmp, judge=True)
+            for r, w in pipes:
+                os.close(r)
+                os.close(w)
+        main = judge if judged else cand
+        main_status = _wait(main, deadline)
+        for uid, pid in zip(uids, (cand, judge)):
+            if pid is not None:
+                _kill_uid(uid) if uid is not None else _killpg(pid)
+        if main_status is None:
+            os.waitpid(main, 0)
+        out = {"timed_out": main_status is None, "error": None,
+               "cand": _code(main_status) if main == cand else _code(_reap(cand)), "judge": _code(main_status) if judged else None}
+    except BaseException as exc:  # noqa: BLE001 - the jail's own failure, said as such
+        out = {"timed_out": False, "error": f"{type(exc).__name__}: {exc}"}
+    os.write(report_fd, json.dumps(out).encode())
+    os._exit(0)
+
+
+def _killpg(pid):
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _reap(pid):
+    """The status of a process already killed (None: it was killed by the end of the run, not by itself)."""
+    status = os.waitpid(pid, 0)[1]
+    return None if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL else status
+
+
+def _memfd(name, data=b""):
+    fd = os.memfd_create(name, 0)
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _tail(fd, n):
+    size = os.fstat(fd).st_size
+    os.lseek(fd, max(0, size - n), os.SEEK_SET)
+    data = b""
+    while len(data) < min(size, n):
+        chunk = os.read(fd, n - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data.decode("utf-8", "replace")
+
+
+def handle(req, cfg):
+    """One run, as the reply dict."""
+    start = time.monotonic()
+    files = {"stdin": _memfd("stdin", req.get("stdin", "").encode("utf-8", "surrogatepass"))}
+    for name in ("stdout", "stderr", "judge_out", "judge_err", "verdict"):
+        files[name] = _memfd(name)
+    r, w = os.pipe()
+    try:
+        leader = os.fork()
+        if leader == 0:
+            os.close(r)
+            _lead(req, cfg, files, w)
+        os.close(w)
+        status = _wait(leader, start + float(req["wall_s"]) + 5.0)
+        if status is None:  # never: the leader's own wait ends at the deadline
+            os.kill(leader, signal.SIGKILL)
+            os.waitpid(leader, 0)
+        report = json.loads(os.read(r, 65536) or b'{"error": "the run leader did not report"}')
+        keep = int(req.get("output_chars", 8192))
+        out = {"timed_out": report.get("timed_out", False), "error": report.get("error"),
+               "wall_s": time.monotonic() - start, "returncode": report.get("cand"),
+               "stdout": _tail(files["stdout"], keep), "stderr": _tail(files["stderr"], keep)}
+        if req.get("judge") is not None:
+            out["judge"] = {"returncode": report.get("judge"), "verdict": _tail(files["verdict"], _VERDICT_BYTES),
+                            "stdout": _tail(files["judge_out"], keep), "stderr": _tail(files["judge_err"], keep)}
+        return out
+    finally:
+        os.close(r)
+        for fd in files.values():
+            os.close(fd)
+
+
+def main():
+    cfg = json.loads(sys.argv[1])
+    _set_dumpable(False)
+    replies = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # a stray print can never corrupt the replies
+    if not cfg.get("once"):
+        replies.write(json.dumps({"ready": True}) + "\n")
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            reply = handle(json.loads(line), cfg)
+        except Exception as exc:  # noqa: BLE001 - a bad request is answered, never fatal
+            reply = {"error": f"{type(exc).__name__}: {exc}"}
+        replies.write(json.dumps(reply) + "\n")
+        if cfg.get("once"):
+            break
+
+
+if __name__ == "__main__":
+    main()
