@@ -16,6 +16,8 @@ import functools
 import os
 from pathlib import Path
 
+from ludic_core.envs.code_exec.uids import BLOCK, UID_BASE, UidBlock
+
 __all__ = ["memory_root", "run_cgroup", "remove"]
 
 _ROOTS = (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup/memory"))
@@ -48,12 +50,33 @@ def run_cgroup(uid: int) -> Path | None:
     base = memory_root()
     if base is None:
         return None
+    _sweep(base)
     path = base / str(uid)
     try:
         path.mkdir(exist_ok=True)
     except OSError:
         return None
     return path
+
+
+_swept: set[int] = set()
+
+
+def _sweep(base: Path) -> None:
+    """Once per process: remove the cgroups of uid blocks nobody holds (their
+    holder died without cleaning up; a held block's lock cannot be taken)."""
+    if os.getpid() in _swept:
+        return
+    _swept.add(os.getpid())
+    blocks: dict[int, list[Path]] = {}
+    for d in base.iterdir():
+        if d.name.isdigit() and int(d.name) >= UID_BASE:
+            blocks.setdefault((int(d.name) - UID_BASE) // BLOCK, []).append(d)
+    for n, dirs in blocks.items():
+        if UidBlock.try_hold(n):
+            for d in dirs:
+                remove(d)
+            UidBlock.let_go(n)
 
 
 def remove(path: Path | None) -> None:

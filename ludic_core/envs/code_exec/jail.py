@@ -13,7 +13,9 @@ it do:
   SysV IPC or POSIX queues outlives it, and a warm slot obeys each run's limits;
 - `cgroup`: a memory cgroup the run joins, limited to the run's `memory_mb`,
   so the limit binds the whole run, not each process;
-- `once`: answer one request, then exit (the cold backends).
+- `once`: answer one request, then exit (the cold backends);
+- `tmp`: the runs' working directory; `site`: give the candidate the
+  interpreter's own third-party packages.
 
 A run: a leader process (in the private namespaces and the cgroup) forks the
 candidate and, for a judged run, the judge, each with its rlimits and the
@@ -82,7 +84,7 @@ def _set_dumpable(on):
     _libc.prctl(4, int(on), 0, 0, 0)  # PR_SET_DUMPABLE
 
 
-def _child(program, fds, uid, rlimits, tmp, serve=None, judge=False):
+def _child(program, fds, uid, rlimits, tmp, site=False, serve=None, judge=False):
     """Become one process of the run, then run `program` as __main__ (never returns)."""
     try:
         os.setsid()
@@ -97,6 +99,9 @@ def _child(program, fds, uid, rlimits, tmp, serve=None, judge=False):
         for name, (soft, hard) in rlimits.items():
             resource.setrlimit(getattr(resource, name), (soft, hard))
         seccomp.install()
+        if site:  # the interpreter's own third-party packages (never our virtual environment)
+            import site as _site
+            _site.main()
         os.environ.clear()
         os.environ.update({"PATH": "/usr/bin:/bin", "HOME": tmp, "TMPDIR": tmp, "LANG": "C.UTF-8"})
         sys.stdin = sys.__stdin__ = open(0, "r", closefd=False)
@@ -190,7 +195,8 @@ def _lead(req, cfg, files, report_fd):
         deadline = time.monotonic() + float(req["wall_s"])
         cand = os.fork()
         if cand == 0:
-            _child(req["program"], cand_fds, uids[0], req["rlimits"], tmp, serve=req.get("serve"))
+            _child(req["program"], cand_fds, uids[0], req["rlimits"], tmp, cfg.get("site", False),
+                   serve=req.get("serve"))
         judge = None
         if judged:
             judge = os.fork()
@@ -203,9 +209,9 @@ def _lead(req, cfg, files, report_fd):
                 os.close(w)
         main = judge if judged else cand
         main_status = _wait(main, deadline)
-        for uid, pid in zip(uids, (cand, judge)):
-            if pid is not None:
-                _kill_uid(uid) if uid is not None else _killpg(pid)
+        _kill_uid(uids[0]) if uids[0] is not None else _killpg(cand)  # the candidate and all it started
+        if judge is not None:
+            _killpg(judge)  # the judge (our code) starts nothing
         if main_status is None:
             os.waitpid(main, 0)
         out = {"timed_out": main_status is None, "error": None,
@@ -282,6 +288,7 @@ def handle(req, cfg):
 
 def main():
     cfg = json.loads(sys.argv[1])
+    seccomp._prepared()
     _set_dumpable(False)
     replies = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # a stray print can never corrupt the replies

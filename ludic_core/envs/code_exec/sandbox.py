@@ -197,7 +197,7 @@ class _JailSandbox:
         start = time.monotonic()
         try:
             cfg = {"uids": uids, "private": self.private, "cgroup": "/jail/cgroup" if cg else None, "once": True,
-                   "tmp": "/tmp"}
+                   "tmp": "/tmp", "site": self.site_packages}
             request = jail_request(program, limits, stdin, judge, self.nproc_base(), cg is not None)
             reply = self._exchange(self.command(limits, cfg, cg), request, limits.wall_s + _GRACE_S)
         finally:
@@ -247,7 +247,7 @@ class BwrapSandbox(_JailSandbox):
         ns = ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
         if self.drop_uids:  # root needs no user namespace; the jail keeps only what it needs to set runs up
             ns += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
-                   "--cap-add", "CAP_SYS_ADMIN"]
+                   "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_KILL"]
         else:
             ns.append("--unshare-user")
         cmd = [self.bwrap, *ns, "--die-with-parent", "--new-session", "--clearenv",

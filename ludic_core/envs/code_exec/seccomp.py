@@ -75,18 +75,29 @@ def filter_program(machine: str | None = None) -> bytes:
 
 def install() -> None:
     """Apply the filter to this process and everything it starts (irreversible)."""
-    import ctypes
-
-    program = filter_program()
-    libc = ctypes.CDLL(None, use_errno=True)
-    buf = ctypes.create_string_buffer(program, len(program))
-
-    class _Prog(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-    prog = _Prog(len(program) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    prctl, prog = _prepared()
     pr_set_no_new_privs, pr_set_seccomp, seccomp_mode_filter = 38, 22, 2
-    if libc.prctl(pr_set_no_new_privs, 1, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
-    if libc.prctl(pr_set_seccomp, seccomp_mode_filter, ctypes.byref(prog), 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
+    if prctl(pr_set_no_new_privs, 1, 0, 0, 0) != 0:
+        raise OSError("prctl(PR_SET_NO_NEW_PRIVS) failed")
+    if prctl(pr_set_seccomp, seccomp_mode_filter, prog, 0, 0) != 0:
+        raise OSError("prctl(PR_SET_SECCOMP) failed")
+
+
+_PREPARED: tuple | None = None
+
+
+def _prepared() -> tuple:
+    """(prctl, pointer to the struct sock_fprog), built once: a fork server prepares it before forking."""
+    global _PREPARED
+    if _PREPARED is None:
+        import ctypes
+
+        program = filter_program()
+        buf = ctypes.create_string_buffer(program, len(program))
+
+        class _Prog(ctypes.Structure):
+            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+        prog = _Prog(len(program) // 8, ctypes.cast(buf, ctypes.c_void_p))
+        _PREPARED = (ctypes.CDLL(None).prctl, ctypes.byref(prog), buf, prog)
+    return _PREPARED[:2]

@@ -39,6 +39,7 @@ class UidBlock:
     _held: tuple[int, int] | None = None  # (lock fd, first uid): one block per process, every sandbox draws from it
     _free: list[int] = []
     _owner = 0
+    _probes: dict[int, int] = {}
 
     @classmethod
     def _reserve(cls) -> None:
@@ -56,6 +57,22 @@ class UidBlock:
             cls._free = list(range(first + BLOCK - 1, first - 1, -1))
             return
         raise OSError(f"all {_BLOCKS} sandbox uid blocks are held by other processes")
+
+    @staticmethod
+    def try_hold(n: int) -> bool:
+        """Take block `n`'s lock if nobody holds it (for cleaning up after a dead holder)."""
+        fd = os.open(lock_dir() / f"{n}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        UidBlock._probes[n] = fd
+        return True
+
+    @staticmethod
+    def let_go(n: int) -> None:
+        os.close(UidBlock._probes.pop(n))
 
     @classmethod
     def acquire(cls, n: int = 1) -> list[int]:
