@@ -4,7 +4,8 @@ Why Streams and not a list: a list forgets an item the moment it is popped, so
 a trainer that dies after popping loses it. A stream entry read through a
 consumer group stays *pending* until acknowledged; the trainer acknowledges
 only after the checkpoint holding the item's gradient is committed, and a
-restarted trainer reclaims what it had read (`XAUTOCLAIM`).
+restarted trainer claims what it had read (`XPENDING` + `XCLAIM`, which also
+count each entry's deliveries: an entry no trainer survives is dead-lettered).
 
 Trimming never drops an unconsumed item: instead of `MAXLEN` (which trims
 read and unread alike; Redis 7.0 has no `ACKED` trim) the stream is trimmed by
@@ -129,17 +130,30 @@ class SAWStream:
         got = self.client.xreadgroup(self.group, self.consumer, {self.key: ">"}, count=count, block=block_ms)
         return [(_s(eid), fields) for _, entries in (got or []) for eid, fields in entries]
 
-    def reclaim(self, *, min_idle_ms: int = 0, count: int = 100) -> list[Entry]:
-        """Every pending entry idle for `min_idle_ms`, whoever read it, now this consumer's."""
-        out: list[Entry] = []
-        cursor = "0-0"
-        while True:
-            res = self.client.xautoclaim(self.key, self.group, self.consumer, min_idle_ms, start_id=cursor,
-                                         count=count)
-            cursor, entries = _s(res[0]), res[1]
-            out += [(_s(eid), fields) for eid, fields in entries if fields is not None]
-            if cursor == "0-0":
-                return out
+    def claim_pending(self, after: str, count: int) -> tuple[list[tuple[str, dict[bytes, bytes], int]], str | None]:
+        """Up to `count` pending entries after entry id `after` ("-": from the
+        first), now this consumer's, each with the times it had been delivered
+        before this claim (XPENDING's counter, which XCLAIM then raises by one),
+        and the cursor for the next call (None once none are left)."""
+        rows = self.client.xpending_range(self.key, self.group, min=after if after == "-" else f"({after}",
+                                          max="+", count=count)
+        if not rows:
+            return [], None
+        before = {_s(r["message_id"]): int(r["times_delivered"]) for r in rows}
+        claimed = {_s(eid): fields for eid, fields in self.client.xclaim(self.key, self.group, self.consumer, 0,
+                                                                          list(before))}
+        self.ack([eid for eid in before if claimed.get(eid) is None])  # deleted from the stream meanwhile
+        entries = [(eid, fields, before[eid]) for eid, fields in claimed.items() if fields is not None]
+        return entries, _s(rows[-1]["message_id"])
+
+    def restore_deliveries(self, counts: Mapping[str, int]) -> None:
+        """Set pending entries' delivery counters (entry id -> count): entries a
+        trainer read but gave back untrained have not been tried."""
+        by_count: dict[int, list[str]] = {}
+        for eid, n in counts.items():
+            by_count.setdefault(n, []).append(eid)
+        for n, ids in by_count.items():
+            self.client.xclaim(self.key, self.group, self.consumer, 0, ids, retrycount=n, justid=True)
 
     def pending(self) -> int:
         return int(self.client.xpending(self.key, self.group)["pending"])
@@ -147,10 +161,33 @@ class SAWStream:
     def ack(self, ids: Sequence[str]) -> int:
         return int(self.client.xack(self.key, self.group, *ids)) if ids else 0
 
-    def dead_letter(self, entry_id: str, fields: Mapping[Any, bytes], reason: str) -> None:
-        """Copy the raw entry with its reason to `key:dead` (before the caller acks it)."""
-        self.client.xadd(self.dead_key, {"reason": reason, "source_id": entry_id,
-                                         **{f"raw:{_s(k)}": v for k, v in fields.items()}})
+    def dead_letter(self, entry_id: str, fields: Mapping[Any, bytes], reason: str, *,
+                    max_raw_bytes: int = 1 << 20) -> None:
+        """Copy the raw entry with its reason to `key:dead` (before the caller acks
+        it). A field over `max_raw_bytes` is recorded by its size only, so a
+        200 MB poison entry is not stored twice; odd field names are escaped."""
+        record: dict[str, Any] = {"reason": reason.encode("utf-8", "backslashreplace"), "source_id": entry_id}
+        for k, v in fields.items():
+            name = k.decode("utf-8", "backslashreplace") if isinstance(k, bytes) else str(k)
+            if len(v) > max_raw_bytes:
+                record[f"omitted:{name}"] = f"{len(v)} bytes"
+            else:
+                record[f"raw:{name}"] = v
+        self.client.xadd(self.dead_key, record)
+
+    @property
+    def failures_key(self) -> str:
+        return f"{self.key}:failures"
+
+    def note_failure(self, entry_ids: Sequence[str], error: str) -> None:
+        """Remember why a trainer holding these entries failed (`key:failures`),
+        for the dead-letter reason should they fail again."""
+        if entry_ids:
+            self.client.hset(self.failures_key, mapping={eid: error for eid in entry_ids})
+
+    def last_failure(self, entry_id: str) -> str | None:
+        got = self.client.hget(self.failures_key, entry_id)
+        return None if got is None else got.decode("utf-8", "backslashreplace")
 
     def drop_stale(self, entry_id: str, item_id: str, version: int, trainer_version: int) -> None:
         self.client.xadd(self.dropped_key, {"source_id": entry_id, "item_id": item_id,
@@ -170,7 +207,7 @@ class SAWStream:
             start = "(" + _s(chunk[-1][0])
 
     def trim(self) -> int:
-        """Drop entries older than the oldest one pending or not yet delivered."""
+        """Drop entries (and their failure notes) older than the oldest one pending or not yet delivered."""
         summary = self.client.xpending(self.key, self.group)
         floor = _s(summary["min"]) if summary["pending"] else None
         delivered = next((_s(g["last-delivered-id"]) for g in self.client.xinfo_groups(self.key)
@@ -178,6 +215,9 @@ class SAWStream:
         candidates = [floor] if floor else []
         candidates.append(_next_id(delivered))
         minid = min(candidates, key=_id_key)
+        done = [k for k in self.client.hkeys(self.failures_key) if _id_key(_s(k)) < _id_key(minid)]
+        if done:  # failure notes of entries acked since (trained or dead-lettered)
+            self.client.hdel(self.failures_key, *done)
         return int(self.client.xtrim(self.key, minid=minid, approximate=False))
 
 

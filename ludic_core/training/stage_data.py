@@ -31,7 +31,7 @@ def batch_source(spec: StageSpec, algorithm: Any, tokenizer: Any, client: Any) -
         stream = SAWStream(client, key=data.key, group=data.group, consumer=data.consumer)
         return StreamBatchSource(stream, items_per_step=data.items_per_step, max_lag=data.max_lag,
                                  tokenizer=tokenizer_fingerprint(tokenizer), vocab_size=len(tokenizer),
-                                 timeout_s=data.timeout_s)
+                                 max_tokens=spec.trainer.max_seq_len, timeout_s=data.timeout_s)
     if isinstance(data, DatasetData):
         from ludic_core.rejection import load_sft_items
 
