@@ -8,6 +8,7 @@ from typing import Iterator, Literal
 
 from pydantic import Field, model_validator
 
+from ludic_core.bounds import MAX_PROCESSES, bounded
 from ludic_core.frozen import FrozenModel
 from ludic_core.training.stage_spec import NodeSettings
 
@@ -40,7 +41,7 @@ class TrainingConfig(SlotConfig):
 
     launcher: Literal["in_process", "torchrun"] = Field(
         "in_process", description="in_process = one process; torchrun = `nproc` ranks per node (FSDP2)")
-    nproc: int = Field(2, ge=1, description="ranks per node under torchrun")
+    nproc: int = bounded(2, ge=1, le=MAX_PROCESSES, description="ranks per node under torchrun")
     nodes: NodeSettings = Field(NodeSettings(), description="torchrun across machines (launcher torchrun)")
 
     @model_validator(mode="after")

@@ -20,6 +20,7 @@ from flows.common import FlowConfig
 from flows.rejection_sampling import RejectionSamplingConfig, rejection_sampling
 from flows.rl_train import RLTrainConfig, rl_train
 from flows.sft import SFTFlowConfig, sft
+from ludic_core.bounds import MAX_EPISODES, MAX_GROUP, MAX_SEED, MAX_STEPS, bounded
 from ludic_core.config import GRPOConfig, TrainerConfig
 from ludic_core.recipes.configs import AgentConfig
 from ludic_core.recipes.policy import ModelPolicy, ScriptedPolicy
@@ -33,14 +34,16 @@ class DemoConfig(FlowConfig):
     recipe: Literal[RECIPES] = Field(RECIPES[0], description="env, agent and teacher settings")  # type: ignore[valid-type]
     run_dir: str | None = Field(None, description="everything the chain writes goes here (None = runs/demo/RECIPE)")
     preset: Literal["tiny-1m", "tiny-10m"] = "tiny-1m"
-    seed: int = 0
-    teacher_episodes: int = Field(4096, ge=1, description="episodes the teacher plays for rejection sampling")
-    sft_steps: int | None = Field(None, ge=1, description="SFT steps (None = the recipe's)")
+    seed: int = bounded(0, ge=0, le=MAX_SEED, description="seed of the tiny model and the trainers")
+    teacher_episodes: int = bounded(4096, ge=1, le=MAX_EPISODES,
+                                    description="episodes the teacher plays for rejection sampling")
+    sft_steps: int | None = bounded(None, ge=1, le=MAX_STEPS, description="SFT steps (None = the recipe's)")
     sft_lr: float = Field(2e-3, gt=0, description="peak SFT learning rate (cosine decay to 0)")
-    rl_steps: int = Field(30, ge=1)
+    rl_steps: int = bounded(30, ge=1, le=MAX_STEPS, description="RL steps")
     rl_lr: float | None = Field(None, gt=0, description="RL learning rate (None = the recipe's)")
-    group_size: int = Field(8, ge=2, description="GRPO samples per prompt")
-    eval_episodes: int | None = Field(None, ge=1, description="greedy episodes per evaluation (None = the recipe's)")
+    group_size: int = bounded(8, ge=2, le=MAX_GROUP, description="GRPO samples per prompt")
+    eval_episodes: int | None = bounded(None, ge=1, le=MAX_EPISODES,
+                                        description="greedy episodes per evaluation (None = the recipe's)")
     launcher: Literal["in_process", "torchrun"] = "in_process"
     progress_bar: bool = Field(True, description="console progress bars for training stages")
 

@@ -17,6 +17,7 @@ from pydantic import Field, model_validator
 from flows.common import FlowConfig, SlotConfig, held, require_model_dir
 from flows.pipeline_rl import (KEY_ENV, ActorLaunch, StageChain, actor_pool, keep_actors_busy, queue_report,
                                redis_queue)
+from ludic_core.bounds import MAX_BATCH, MAX_PROCESSES, MAX_SEQ_LEN, MAX_STEPS, bounded
 from ludic_core.config import AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig
 from ludic_core.queue.actor import ActorSpec
 from ludic_core.recipes.configs import AgentConfig, EnvConfig, SeedSchedule
@@ -46,14 +47,15 @@ class PipelineTrainerConfig(SlotConfig):
     out_dir: str = Field("runs/pipeline_trainer", description="checkpoints and metrics")
     redis_block: str = Field(description="name of the RedisQueue block the actors write to")
     algorithm: AlgorithmConfig = Field(GRPOConfig(group_size=8), description="the actors' algorithm (its loss)")
-    steps: int = Field(20, ge=1)
-    steps_per_stage: int = Field(10, ge=1)
-    items_per_step: int = Field(256, ge=1)
-    max_lag: int | None = Field(1, ge=0)
+    steps: int = bounded(20, ge=1, le=MAX_STEPS, description="optimizer steps")
+    steps_per_stage: int = bounded(10, ge=1, le=MAX_STEPS, description="each stage ends in a checkpoint")
+    items_per_step: int = bounded(256, ge=1, le=MAX_BATCH, description="SAW items (model calls) per optimizer step")
+    max_lag: int | None = bounded(1, ge=0, le=MAX_STEPS,
+                                  description="drop items this many policy versions behind the trainer")
     trainer: TrainerConfig = TrainerConfig(lr=1e-4, micro_token_budget=16384, max_seq_len=512)
     launcher: Literal["in_process", "torchrun"] = Field(
         "in_process", description="torchrun: each stage trains on `nproc` ranks (rank 0 reads the stream)")
-    nproc: int = Field(2, ge=1, description="ranks per stage under torchrun")
+    nproc: int = bounded(2, ge=1, le=MAX_PROCESSES, description="ranks per stage under torchrun")
     endpoint_block: str | None = Field(None, description=_ENDPOINT)
     policy_dir: str = Field("runs/pipeline_trainer/policy", description="where to publish weights without a "
                                                                         "server (a directory the actors can read)")
@@ -104,16 +106,17 @@ class PipelineActorConfig(FlowConfig):
     agent: AgentConfig = AgentConfig()
     algorithm: AlgorithmConfig = Field(GRPOConfig(group_size=8),
                                        description="credit and filters; its group_size is the samples per prompt")
-    requests_per_round: int = Field(8, ge=1)
+    requests_per_round: int = bounded(8, ge=1, le=MAX_BATCH, description="prompts per actor round")
     schedule: SeedSchedule = SeedSchedule(start=1_000)
-    actors: int = Field(2, ge=1, description="rounds in flight at once in this flow run")
+    actors: int = bounded(2, ge=1, le=MAX_PROCESSES, description="rounds in flight at once in this flow run")
     actor_launch: ActorLaunch = ActorLaunch()
-    rounds: int | None = Field(None, ge=1, description="stop after this many rounds; None = until the trainer is done")
+    rounds: int | None = bounded(None, ge=1, le=MAX_STEPS,
+                                 description="stop after this many rounds; None = until the trainer is done")
     endpoint_block: str | None = Field(None, description=_ENDPOINT)
     tokenizer_path: str | None = Field(None, description="with a server: its model's dir (stamps the tokenizer)")
     policy_dir: str = Field("runs/pipeline_trainer/policy", description="where the trainer publishes (no server)")
     local: LocalInferenceConfig = LocalInferenceConfig()
-    max_seq_len: int = Field(512, ge=2)
+    max_seq_len: int = bounded(512, ge=2, le=MAX_SEQ_LEN, description="tokens of one item (prompt and completion)")
 
     @model_validator(mode="after")
     def _group_size_stated(self) -> PipelineActorConfig:
@@ -121,9 +124,10 @@ class PipelineActorConfig(FlowConfig):
         return self
 
     def preflight(self) -> None:
-        from ludic_core.recipes.build import check_env
+        from ludic_core.recipes.build import check_agent, check_env
 
         check_env(self.env)
+        check_agent(self.agent)
 
 
 @flow(name="pipeline_actor", task_runner=ThreadPoolTaskRunner(max_workers=16))

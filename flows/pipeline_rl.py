@@ -27,6 +27,8 @@ from pydantic import Field, model_validator
 
 from flows.common import SlotConfig, held, require_model_dir
 from flows.vllm_inference import VLLMSettings, vllm_inference
+from ludic_core.bounds import (MAX_BATCH, MAX_EPISODES, MAX_PROCESSES, MAX_QUEUE_ITEMS, MAX_SEED, MAX_STEPS,
+                               bounded)
 from ludic_core.config import AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig
 from ludic_core.frozen import FrozenModel
 from ludic_core.queue.actor import ActorSpec
@@ -49,7 +51,7 @@ class ActorLaunch(FrozenModel):
     mode: Literal["thread", "process"] = Field(
         "thread", description="thread = in the flow run's process; process = one long-lived worker process per "
                               "actor (a SIGKILLed worker fails its round, which is retried in a fresh one)")
-    threads: int = Field(1, ge=1, description="torch threads per worker process (mode process)")
+    threads: int = bounded(1, ge=1, le=MAX_PROCESSES, description="torch threads per worker process (mode process)")
 
 
 @contextmanager
@@ -72,22 +74,24 @@ class PipelineRLConfig(SlotConfig):
     agent: AgentConfig = AgentConfig()
     algorithm: AlgorithmConfig = Field(GRPOConfig(group_size=8),
                                        description="its group_size is the samples per prompt (stated only here)")
-    requests_per_round: int = Field(8, ge=1, description="prompts per actor round")
+    requests_per_round: int = bounded(8, ge=1, le=MAX_BATCH, description="prompts per actor round")
     schedule: SeedSchedule = Field(SeedSchedule(start=1_000), description="env seeds; each round plays its own")
-    actors: int = Field(2, ge=1, description="actor rounds in flight at once")
+    actors: int = bounded(2, ge=1, le=MAX_PROCESSES, description="actor rounds in flight at once")
     actor_launch: ActorLaunch = ActorLaunch()
-    steps: int = Field(20, ge=1)
-    steps_per_stage: int = Field(10, ge=1)
-    items_per_step: int = Field(256, ge=1, description="SAW items (model calls) per optimizer step")
-    max_lag: int | None = Field(1, ge=0, description="drop items this many policy versions behind the trainer")
-    max_backlog: int | None = Field(
-        None, ge=0, description="actors wait while more than this many items are not yet read; None = "
-                                "items_per_step x (max_lag - 1): a round generated on top of more would reach "
-                                "the trainer stale (2048 without max_lag)")
+    steps: int = bounded(20, ge=1, le=MAX_STEPS, description="optimizer steps")
+    steps_per_stage: int = bounded(10, ge=1, le=MAX_STEPS, description="each stage ends in a checkpoint")
+    items_per_step: int = bounded(256, ge=1, le=MAX_BATCH, description="SAW items (model calls) per optimizer step")
+    max_lag: int | None = bounded(1, ge=0, le=MAX_STEPS,
+                                  description="drop items this many policy versions behind the trainer")
+    max_backlog: int | None = bounded(
+        None, ge=0, le=MAX_QUEUE_ITEMS,
+        description="actors wait while more than this many items are not yet read; None = items_per_step x "
+                    "(max_lag - 1): a round generated on top of more would reach the trainer stale (2048 without "
+                    "max_lag)")
     trainer: TrainerConfig = TrainerConfig(lr=1e-4, micro_token_budget=16384, max_seq_len=512)
     launcher: Literal["in_process", "torchrun"] = Field(
         "in_process", description="torchrun: each stage trains on `nproc` ranks (rank 0 reads the stream)")
-    nproc: int = Field(2, ge=1, description="ranks per stage under torchrun")
+    nproc: int = bounded(2, ge=1, le=MAX_PROCESSES, description="ranks per stage under torchrun")
     inference: Literal["local", "vllm"] = Field(
         "local", description="local = actors decode in-process from the published model directory; vllm = actors "
                              "roll out through a vLLM server the stages push their weights into, see `vllm`")
@@ -96,8 +100,8 @@ class PipelineRLConfig(SlotConfig):
     redis_block: str | None = Field(None, description="name of a RedisQueue block; None = start a local "
                                                       "redis-server for the run (needs the binary)")
     key: str = Field("ludic:saw", description="the stream (a RedisQueue block's key wins)")
-    eval_episodes: int = Field(100, ge=0, description="greedy episodes at the end (0 = off)")
-    eval_seed: int = 100_000
+    eval_episodes: int = bounded(100, ge=0, le=MAX_EPISODES, description="greedy episodes at the end (0 = off)")
+    eval_seed: int = bounded(100_000, ge=0, le=MAX_SEED, description="first env seed of that evaluation")
 
     @model_validator(mode="after")
     def _group_size_stated(self) -> PipelineRLConfig:
@@ -105,17 +109,18 @@ class PipelineRLConfig(SlotConfig):
         return self
 
     def preflight(self) -> None:
-        from ludic_core.recipes.build import check_env
+        from ludic_core.recipes.build import check_agent, check_env
 
         require_model_dir("model_path", self.model_path)
         check_env(self.env)
+        check_agent(self.agent)
 
     @property
     def backlog(self) -> int:
         """Items produced beyond this would be dropped as stale before the trainer reaches them."""
         if self.max_backlog is not None:
             return self.max_backlog
-        return 2048 if self.max_lag is None else self.items_per_step * max(self.max_lag - 1, 0)
+        return 2048 if self.max_lag is None else min(self.items_per_step * max(self.max_lag - 1, 0), MAX_QUEUE_ITEMS)
 
 
 @contextmanager

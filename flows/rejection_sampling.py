@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 
 from prefect import flow, get_run_logger
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from flows.common import SlotConfig, held, require_model_dir
 from flows.policies import PolicyConfig, served
+from ludic_core.bounds import MAX_EPISODES, MAX_GROUP, bounded
 from ludic_core.recipes.configs import AgentConfig, EnvConfig, SeedSchedule
 from ludic_core.rejection import KeepRule
 from tasks.artifacts import table_artifact
@@ -25,14 +26,22 @@ class RejectionSamplingConfig(SlotConfig):
     student_path: str | None = Field(
         None, description="the student's model dir: scripted replies are tokenised with its tokenizer, and exact "
                           "token ids are stored when the teacher's tokenizer is the same; None = messages only")
-    prompts: int = Field(4096, ge=1, description="env seeds (prompts) to sample")
-    samples_per_prompt: int = Field(1, ge=1, description="episodes per prompt")
+    prompts: int = bounded(4096, ge=1, le=MAX_EPISODES, description="env seeds (prompts) to sample")
+    samples_per_prompt: int = bounded(1, ge=1, le=MAX_GROUP, description="episodes per prompt")
     schedule: SeedSchedule = Field(SeedSchedule(start=1), description="which env seeds")
     keep: KeepRule = Field(KeepRule(min_return=1.0), description="which episodes to keep")
     out_dir: str = Field("runs/rejection", description="where the dataset is written")
 
+    @model_validator(mode="after")
+    def _episodes_bounded(self) -> RejectionSamplingConfig:
+        if self.prompts * self.samples_per_prompt > MAX_EPISODES:
+            raise ValueError(f"prompts x samples_per_prompt = {self.prompts * self.samples_per_prompt:,} episodes; "
+                             f"at most {MAX_EPISODES:,}")
+        return self
+
     def preflight(self) -> None:
-        from ludic_core.recipes.build import check_env
+        from ludic_core.recipes.build import check_agent, check_env
+        from ludic_core.recipes.policy import check_policy
 
         if self.student_path is not None:
             require_model_dir("student_path", self.student_path)
@@ -41,6 +50,8 @@ class RejectionSamplingConfig(SlotConfig):
             if path is not None:
                 require_model_dir(f"teacher.{field}", path)
         check_env(self.env)
+        check_agent(self.agent)
+        check_policy(self.teacher)
 
 
 @flow(name="rejection_sampling")

@@ -13,6 +13,7 @@ from flows.common import TrainingConfig, held, require_model_dir
 from flows.loggers import wandb_spec
 from flows.staging import run_stages
 from flows.vllm_inference import VLLMSettings, vllm_inference
+from ludic_core.bounds import MAX_BATCH, MAX_EPISODES, MAX_SEED, MAX_STEPS, bounded
 from ludic_core.config import AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig
 from ludic_core.recipes.configs import AgentConfig, EnvConfig, SeedSchedule
 from ludic_core.recipes.policy import ModelPolicy
@@ -29,10 +30,10 @@ class RLTrainConfig(TrainingConfig):
     agent: AgentConfig = AgentConfig()
     algorithm: AlgorithmConfig = Field(GRPOConfig(group_size=8),
                                        description="its group_size is the samples per prompt (stated only here)")
-    requests_per_step: int = Field(8, ge=1, description="prompts (env seeds) per step")
+    requests_per_step: int = bounded(8, ge=1, le=MAX_BATCH, description="prompts (env seeds) per step")
     schedule: SeedSchedule = Field(SeedSchedule(start=1_000), description="env seeds of consecutive steps")
-    steps: int = Field(20, ge=1)
-    steps_per_stage: int = Field(10, ge=1)
+    steps: int = bounded(20, ge=1, le=MAX_STEPS, description="optimizer steps")
+    steps_per_stage: int = bounded(10, ge=1, le=MAX_STEPS, description="each stage ends in a checkpoint")
     trainer: TrainerConfig = TrainerConfig(lr=1e-4, micro_token_budget=16384, max_seq_len=512)
     inference: Literal["local", "vllm"] = Field(
         "local", description="local = in-process LocalChatClient (no server); vllm = a vLLM server, see `vllm`")
@@ -40,8 +41,8 @@ class RLTrainConfig(TrainingConfig):
     local: LocalInferenceConfig = Field(
         LocalInferenceConfig(), description="the in-process engine: rollouts (inference: local) and evaluation")
     eval_env: EnvConfig | None = Field(None, description="env of the evaluations after each stage (None = env)")
-    eval_episodes: int = Field(100, ge=0, description="greedy episodes after each stage (0 = off)")
-    eval_seed: int = Field(100_000, description="first env seed of those evaluations")
+    eval_episodes: int = bounded(100, ge=0, le=MAX_EPISODES, description="greedy episodes after each stage (0 = off)")
+    eval_seed: int = bounded(100_000, ge=0, le=MAX_SEED, description="first env seed of those evaluations")
     progress_bar: bool = Field(False, description="console progress bars for the stages")
     wandb_block: str | None = Field(None, description="name of a WandbSettings block: log the stages to wandb")
 
@@ -54,10 +55,11 @@ class RLTrainConfig(TrainingConfig):
         return self
 
     def preflight(self) -> None:
-        from ludic_core.recipes.build import check_env
+        from ludic_core.recipes.build import check_agent, check_env
 
         require_model_dir("model_path", self.model_path)
         check_env(self.env)
+        check_agent(self.agent)
         if self.eval_env is not None:
             check_env(self.eval_env)
 

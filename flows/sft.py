@@ -10,6 +10,7 @@ from pydantic import Field
 from flows.common import TrainingConfig, held, require_model_dir, require_path
 from flows.loggers import wandb_spec
 from flows.staging import run_stages
+from ludic_core.bounds import MAX_BATCH, MAX_STEPS, bounded
 from ludic_core.config import SFTConfig, TrainerConfig
 from ludic_core.training.stage import DatasetData, StageSpec
 from tasks.artifacts import learning_curve_artifact
@@ -23,9 +24,9 @@ class SFTFlowConfig(TrainingConfig):
         "auto", description="auto = stored token ids when they came from this model's tokenizer, else the messages "
                             "rendered with its chat template")
     out_dir: str = Field("runs/sft", description="checkpoints and metrics")
-    steps: int = Field(400, ge=1)
-    steps_per_stage: int = Field(100, ge=1, description="each stage ends in a checkpoint")
-    batch_size: int = Field(64, ge=1)
+    steps: int = bounded(400, ge=1, le=MAX_STEPS, description="optimizer steps")
+    steps_per_stage: int = bounded(100, ge=1, le=MAX_STEPS, description="each stage ends in a checkpoint")
+    batch_size: int = bounded(64, ge=1, le=MAX_BATCH, description="examples per optimizer step")
     trainer: TrainerConfig = TrainerConfig(lr=2e-3, warmup_steps=10, schedule="cosine", total_steps=400,
                                            micro_token_budget=16384, max_seq_len=512)
     progress_bar: bool = Field(False, description="console progress bars for the stages")

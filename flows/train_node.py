@@ -11,13 +11,14 @@ from prefect import flow, get_run_logger
 from pydantic import Field
 
 from flows.common import FlowConfig
+from ludic_core.bounds import MAX_PROCESSES, bounded
 from ludic_core.training.launch import run_torchrun
 from ludic_core.training.stage_spec import StageSpec
 
 
 class TrainNodeConfig(FlowConfig):
     spec: StageSpec = Field(description="the head's stage spec (its `nodes` says where to meet)")
-    nproc: int = Field(2, ge=1, description="ranks on this machine")
+    nproc: int = bounded(2, ge=1, le=MAX_PROCESSES, description="ranks on this machine")
 
 
 @flow(name="train_node")

@@ -21,6 +21,7 @@ from pydantic import Field, SecretStr
 
 from flows.common import FlowConfig
 from flows.policies import endpoint_from_block
+from ludic_core.bounds import MAX_ATTEMPTS, MAX_BUCKET_MB, bounded
 from ludic_core.inference.vllm_server import VLLMServerConfig
 from ludic_core.publish.vllm import WeightPushError
 from ludic_core.training.stage import StageSpec, VLLMEndpoint
@@ -37,8 +38,9 @@ class VLLMSettings(FlowConfig):
         None, description="name of an InferenceEndpoint block (kind vllm) of a running server; "
                           "None = start a server for this run")
     server: VLLMServerConfig = Field(VLLMServerConfig(), description="how to start it (no endpoint_block)")
-    stage_attempts: int = Field(3, ge=1, description="tries per stage, restarting our server in between")
-    bucket_mb: int = Field(64, ge=1, description="weight-push bucket size")
+    stage_attempts: int = bounded(3, ge=1, le=MAX_ATTEMPTS,
+                                  description="tries per stage, restarting our server in between")
+    bucket_mb: int = bounded(64, ge=1, le=MAX_BUCKET_MB, description="weight-push bucket size")
 
 
 @contextmanager

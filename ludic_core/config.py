@@ -12,6 +12,8 @@ from typing import Annotated, Literal, Union
 
 from pydantic import Field, model_validator
 
+from ludic_core.bounds import (MAX_BATCH, MAX_CHECKPOINTS, MAX_CONCURRENCY, MAX_DRAWS, MAX_GROUP, MAX_LORA_RANK,
+                               MAX_SEED, MAX_SEQ_LEN, MAX_STEPS, MAX_TOKEN_BUDGET, bounded)
 from ludic_core.frozen import FrozenModel
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
 _DEVICE_PATTERN = r"^(auto|cpu|cuda(:\d+)?)$"
 _DEVICE_DOC = "auto (CUDA when present, else CPU) | cpu | cuda | cuda:N"
 DType = Literal["auto", "float32", "bfloat16", "float16"]
+Beta = Annotated[float, Field(ge=0.0, lt=1.0)]
 
 
 class DynamicSampling(FrozenModel):
@@ -42,8 +45,9 @@ class DynamicSampling(FrozenModel):
     `min_groups` groups with a return spread, or `max_draws` batches were drawn,
     and trains on those groups only. The step's metrics count both."""
 
-    min_groups: int = Field(ge=1, description="groups with a return spread each step needs")
-    max_draws: int = Field(4, ge=1, description="request batches drawn at most per step (then train on what there is)")
+    min_groups: int = bounded(ge=1, le=MAX_BATCH, description="groups with a return spread each step needs")
+    max_draws: int = bounded(4, ge=1, le=MAX_DRAWS,
+                             description="request batches drawn at most per step (then train on what there is)")
 
 
 _DYNAMIC = "None = off; else draw more request batches until enough groups carry signal (DAPO)"
@@ -66,7 +70,7 @@ class GRPOConfig(FrozenModel):
     """Group-normalised returns + token-level clipped surrogate (+ optional KL)."""
 
     type: Literal["grpo"] = "grpo"
-    group_size: int | None = Field(None, ge=2, description="expected episodes per group (checked)")
+    group_size: int | None = bounded(None, ge=2, le=MAX_GROUP, description="expected episodes per group (checked)")
     normalize_std: bool = Field(True, description="divide by the group std (Dr.GRPO sets False)")
     credit: Literal["episode", "turn"] = Field(
         "episode", description="episode: every turn gets its episode's group-relative return; turn: each turn's "
@@ -100,7 +104,7 @@ class GSPOConfig(FrozenModel):
     """Group-normalised returns + sequence-level clipped ratio (GSPO)."""
 
     type: Literal["gspo"] = "gspo"
-    group_size: int | None = Field(None, ge=2)
+    group_size: int | None = bounded(None, ge=2, le=MAX_GROUP, description="episodes per group (checked)")
     clip_low: float = Field(3e-4, ge=0.0, lt=1.0)
     clip_high: float = Field(4e-4, ge=0.0)
     dynamic_sampling: DynamicSampling | None = Field(None, description=_DYNAMIC)
@@ -110,7 +114,7 @@ class CISPOConfig(FrozenModel):
     """Group-normalised returns + clipped, detached importance weights (CISPO)."""
 
     type: Literal["cispo"] = "cispo"
-    group_size: int | None = Field(None, ge=2)
+    group_size: int | None = bounded(None, ge=2, le=MAX_GROUP, description="episodes per group (checked)")
     eps_high: float = Field(2.0, gt=0.0, description="IS weight capped at 1 + eps_high")
     dynamic_sampling: DynamicSampling | None = Field(None, description=_DYNAMIC)
 
@@ -126,7 +130,7 @@ class ScaleRLConfig(FrozenModel):
     zero-variance groups filtered out (they carry no signal)."""
 
     type: Literal["scalerl"] = "scalerl"
-    group_size: int | None = Field(None, ge=2)
+    group_size: int | None = bounded(None, ge=2, le=MAX_GROUP, description="episodes per group (checked)")
     eps_high: float = Field(2.0, gt=0.0)
     dynamic_sampling: DynamicSampling | None = Field(None, description=_DYNAMIC)
 
@@ -146,7 +150,7 @@ AlgorithmConfig = Annotated[
 
 
 class LoRAConfig(FrozenModel):
-    r: int = Field(8, ge=1)
+    r: int = bounded(8, ge=1, le=MAX_LORA_RANK, description="adapter rank")
     alpha: int = Field(16, ge=1)
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
     target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -157,27 +161,28 @@ class TrainerConfig(FrozenModel):
 
     lr: float = Field(1e-3, gt=0.0)
     weight_decay: float = Field(0.0, ge=0.0)
-    betas: tuple[float, float] = (0.9, 0.95)
-    warmup_steps: int = Field(0, ge=0)
+    betas: tuple[Beta, Beta] = Field((0.9, 0.95), description="Adam's moment decay rates, each in [0, 1)")
+    warmup_steps: int = bounded(0, ge=0, le=MAX_STEPS)
     schedule: Literal["constant", "linear", "cosine"] = "constant"
-    total_steps: int | None = Field(None, ge=1, description="needed by linear/cosine decay")
+    total_steps: int | None = bounded(None, ge=1, le=MAX_STEPS, description="needed by linear/cosine decay")
     max_grad_norm: float | None = Field(1.0, gt=0.0, description="None disables clipping")
-    micro_token_budget: int = Field(8192, ge=1, description="padded tokens per micro-batch")
-    max_seq_len: int = Field(1024, ge=2)
+    micro_token_budget: int = bounded(8192, ge=1, le=MAX_TOKEN_BUDGET, description="padded tokens per micro-batch")
+    max_seq_len: int = bounded(1024, ge=2, le=MAX_SEQ_LEN, description="tokens of one item (prompt and completion)")
     overlong: Literal["error", "drop"] = Field("error", description="items longer than max_seq_len")
     grad_checkpointing: bool = False
     device: str = Field("auto", pattern=_DEVICE_PATTERN, description=_DEVICE_DOC + "; torchrun ranks use their local GPU")
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="compute precision: float32, or bfloat16 autocast over fp32 master weights; "
                             "auto = bfloat16 on a GPU, float32 on the CPU")
-    logprob_chunk_tokens: int = Field(
-        4096, ge=1, description="positions per chunk when scoring tokens (bounds the fp32 [tokens, vocab] buffer)")
+    logprob_chunk_tokens: int = bounded(
+        4096, ge=1, le=MAX_TOKEN_BUDGET,
+        description="positions per chunk when scoring tokens (bounds the fp32 [tokens, vocab] buffer)")
     lora: LoRAConfig | None = None
-    max_lag: int | None = Field(None, ge=0, description="drop items this many versions stale")
-    sync_every_steps: int = Field(1, ge=1, description="publish weights every N steps")
-    checkpoint_every: int | None = Field(None, ge=1)
-    keep_last: int = Field(3, ge=1)
-    seed: int = 0
+    max_lag: int | None = bounded(None, ge=0, le=MAX_STEPS, description="drop items this many versions stale")
+    sync_every_steps: int = bounded(1, ge=1, le=MAX_STEPS, description="publish weights every N steps")
+    checkpoint_every: int | None = bounded(None, ge=1, le=MAX_STEPS, description="steps between checkpoints")
+    keep_last: int = bounded(3, ge=1, le=MAX_CHECKPOINTS, description="checkpoints kept on disk")
+    seed: int = bounded(0, ge=0, le=MAX_SEED, description="torch seed")
 
     @model_validator(mode="after")
     def _decay_needs_total(self) -> TrainerConfig:
@@ -191,5 +196,6 @@ class LocalInferenceConfig(FrozenModel):
 
     device: str = Field("auto", pattern=_DEVICE_PATTERN, description=_DEVICE_DOC)
     dtype: DType = Field("auto", description="weights' dtype: auto = bfloat16 on a GPU, float32 on the CPU")
-    max_batch_size: int | None = Field(
-        None, ge=1, description="requests decoded together in one batch; default 256 on a GPU, 64 on the CPU")
+    max_batch_size: int | None = bounded(
+        None, ge=1, le=MAX_CONCURRENCY,
+        description="requests decoded together in one batch; default 256 on a GPU, 64 on the CPU")

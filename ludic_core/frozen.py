@@ -4,7 +4,11 @@ Configs arrive from YAML files, CLI flags, HTTP bodies and Prefect forms, so
   * `extra="forbid"`: a typo'd field fails validation, naming it, instead of
     being silently ignored (and its default silently used);
   * `frozen=True`: no config is mutated after parsing; what was validated is
-    what runs (derive a changed copy with `model_copy(update=...)`).
+    what runs (derive a changed copy with `model_copy(update=...)`);
+  * `allow_inf_nan=False`: no float field takes NaN or infinity (`lr: .inf`
+    passes `gt=0`, an unconstrained float takes `.nan`; either poisons a run).
+
+Upper bounds of sizes live in `ludic_core.bounds`.
 
 Imports only pydantic, so configs load without torch or the pipeline layer.
 """
@@ -17,6 +21,6 @@ __all__ = ["FrozenModel"]
 
 
 class FrozenModel(BaseModel):
-    """Base of every config/spec model: frozen, strict (`extra="forbid"`)."""
+    """Base of every config/spec model: frozen, strict (`extra="forbid"`), finite floats."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)

@@ -13,6 +13,7 @@ from functools import lru_cache
 import re
 from typing import Callable, Literal
 
+from ludic_core.bounds import MAX_PROBLEMS
 from ludic_core.envs.dataset_qa import DatasetQAEnv, gsm8k_target_parser, numeric_verifier
 from ludic_core.types import Message
 
@@ -140,8 +141,8 @@ def generate_arithmetic_problems(
     """
     if difficulty not in _DIFFICULTIES:
         raise ValueError(f"unknown difficulty {difficulty!r}; expected one of {_DIFFICULTIES}")
-    if n < 0:
-        raise ValueError(f"n must be >= 0, got {n}")
+    if not isinstance(n, int) or not 0 <= n <= MAX_PROBLEMS:  # all of them are held in memory
+        raise ValueError(f"n must be an int in [0, {MAX_PROBLEMS:,}], got {n!r}")
     rng = random.Random(f"arithmetic:{difficulty}:{seed}")
     problems = []
     for _ in range(n):

@@ -95,6 +95,8 @@ def load_rows(path: str | os.PathLike[str]) -> Any:
         raise FileNotFoundError(
             errno.ENOENT, "no JSONL file or save_to_disk directory at", str(path)
         )
+    if not (resolved.is_file() or resolved.is_dir()):  # a FIFO blocks, /dev/zero never ends
+        raise ValueError(f"{path}: not a regular file or a directory")
     mtime = _mtime_ns(resolved)
     cached = _CACHE.get(resolved)
     if cached is not None and cached[0] == mtime:

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
+from ludic_core.bounds import MAX_SEED, MAX_SEQ_LEN, bounded
 from ludic_core.frozen import FrozenModel
 from ludic_core.types import Message
 
@@ -27,9 +28,9 @@ class SamplingConfig(FrozenModel):
 
     temperature: float = Field(1.0, ge=0.0, description="0 = greedy")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus mass kept")
-    max_tokens: int = Field(64, ge=1, description="completion token limit")
+    max_tokens: int = bounded(64, ge=1, le=MAX_SEQ_LEN, description="completion token limit")
     stop: tuple[str, ...] = Field((), description="stop strings (excluded from text)")
-    seed: int | None = Field(None, description="per-request sampling seed")
+    seed: int | None = bounded(None, ge=0, le=MAX_SEED, description="per-request sampling seed")
 
     @field_validator("stop", mode="before")
     @classmethod

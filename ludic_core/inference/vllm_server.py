@@ -35,6 +35,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from ludic_core.bounds import MAX_KV_CACHE_GIB, MAX_SECONDS, MAX_SEQ_LEN, MAX_TOKEN_BUDGET, bounded
 from ludic_core.frozen import FrozenModel
 from ludic_core.inference.errors import InferenceServerError
 from ludic_core.lifetime import with_parent
@@ -54,15 +55,16 @@ class VLLMServerConfig(FrozenModel):
     port: int = Field(0, ge=0, le=65535, description="0 = a free port")
     served_model_name: str = Field("policy", min_length=1, description="the `model` field of requests")
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
-    max_model_len: int | None = Field(None, ge=16)
-    max_num_batched_tokens: int = Field(16384, ge=256, description="large: avoids a seeded chunked-prefill crash on CPU")
-    kv_cache_gib: int = Field(1, ge=1, description="VLLM_CPU_KVCACHE_SPACE on the CPU build")
+    max_model_len: int | None = bounded(None, ge=16, le=MAX_SEQ_LEN, description="None = the model's own")
+    max_num_batched_tokens: int = bounded(16384, ge=256, le=MAX_TOKEN_BUDGET,
+                                          description="large: avoids a seeded chunked-prefill crash on CPU")
+    kv_cache_gib: int = bounded(1, ge=1, le=MAX_KV_CACHE_GIB, description="VLLM_CPU_KVCACHE_SPACE on the CPU build")
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1, description="CUDA build only")
     enforce_eager: bool = Field(True, description="skip torch.compile: ~20 s faster start-up")
     weight_transfer: Literal["auto", "ludic_gloo", "nccl"] = Field(
         "auto", description="auto = nccl on the CUDA build, ludic_gloo on the CPU build")
     tool_call_parser: str | None = Field("hermes", description="None disables tool-call parsing")
-    startup_timeout_s: float = Field(300.0, gt=0)
+    startup_timeout_s: float = bounded(300.0, gt=0, le=MAX_SECONDS, description="seconds to wait for a healthy server")
     log_dir: str = Field("runs/vllm", description="server logs go to LOG_DIR/server-PORT.log")
     extra_args: tuple[str, ...] = Field((), description="more `vllm serve` flags, passed as given")
 

@@ -14,7 +14,8 @@ from ludic_core.recipes.configs import AgentConfig, ComponentConfig, EnvConfig
 from ludic_core.recipes.registry import ComponentError, call_with_kwargs, resolve
 from ludic_core.rollout import EnvSpec, ProtocolSpec, RolloutEngine, RolloutRequest
 
-__all__ = ["env_factory", "check_env", "agent_factory", "build_agent", "build_engine", "episode_requests", "PROTOCOL"]
+__all__ = ["env_factory", "check_env", "check_agent", "agent_factory", "build_agent", "build_engine",
+           "episode_requests", "PROTOCOL"]
 
 #: The engine's protocol key for agents built from an AgentConfig.
 PROTOCOL = "agent"
@@ -32,13 +33,31 @@ def env_factory(cfg: EnvConfig) -> Callable[..., Any]:
 
 
 def check_env(cfg: EnvConfig) -> None:
-    """Build the env once (resolves the name, checks the kwargs), so a config
-    error surfaces when a flow starts rather than as N failed episodes."""
+    """Build the env once (resolves the name, checks its kind and kwargs), so a
+    config error surfaces when a flow starts rather than as N failed episodes.
+    Whatever the env raises on bad kwargs becomes a ComponentError naming it."""
     from ludic_core.envs.base import LudicEnv
 
-    env = env_factory(cfg)(**cfg.kwargs)
+    make = env_factory(cfg)  # resolved and kind-checked: nothing was called yet
+    try:
+        env = make(**cfg.kwargs)
+    except ComponentError:
+        raise
+    except Exception as exc:
+        raise ComponentError(f"env {cfg.name!r} failed to build from its kwargs: {type(exc).__name__}: {exc}") from exc
     if not isinstance(env, LudicEnv):
         raise ComponentError(f"env {cfg.name!r} built a {type(env).__name__}, not a LudicEnv")
+
+
+def check_agent(cfg: AgentConfig) -> None:
+    """Build an agent once (no client): its parser, context and tools resolve,
+    pass their kind checks and take their kwargs, before a flow starts."""
+    try:
+        agent_factory(cfg)(None)
+    except ComponentError:
+        raise
+    except Exception as exc:
+        raise ComponentError(f"agent: {type(exc).__name__}: {exc}") from exc
 
 
 def _component_factory(kind: str, cfg: ComponentConfig) -> Callable[[], Any]:

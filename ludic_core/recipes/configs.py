@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
+from ludic_core.bounds import MAX_SEED, MAX_STRIDE, MAX_TURNS, bounded
 from ludic_core.frozen import FrozenModel
 from ludic_core.inference.sampling import SamplingConfig
 from ludic_core.recipes.registry import check_ref
@@ -32,7 +33,8 @@ class EnvConfig(FrozenModel):
     """An env: a registered name (bundled, or an entry point in group `ludic.envs`)
     or an import path `package.module:ClassOrFactory`, plus JSON kwargs."""
 
-    name: str = Field(description="e.g. tic_tac_toe, arithmetic, dataset_qa, or 'my_pkg.envs:MyEnv'")
+    name: str = Field(description="e.g. tic_tac_toe, arithmetic, dataset_qa, or 'my_pkg.envs:MyEnv' (a LudicEnv "
+                                  "subclass, or a factory annotated to return one)")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for the env factory")
 
     @field_validator("name")
@@ -52,9 +54,11 @@ class AgentConfig(FrozenModel):
         description="what the model sees: full_dialog | sliding_window {keep_last} | truncated_thinking | import path")
     system_prompt: str | None = Field(None, description="None = the env's suggested system prompt; \"\" = no system message")
     sampling: SamplingConfig = Field(SamplingConfig(), description="temperature (0 = greedy), max_tokens, stop, ...")
-    max_turns: int = Field(16, ge=1, description="agent turns per episode; an episode still running is truncated")
-    max_parse_failures: int | None = Field(
-        None, ge=1, description="end the episode after this many unparseable replies in a row (None = never)")
+    max_turns: int = bounded(16, ge=1, le=MAX_TURNS,
+                             description="agent turns per episode; an episode still running is truncated")
+    max_parse_failures: int | None = bounded(
+        None, ge=1, le=MAX_TURNS,
+        description="end the episode after this many unparseable replies in a row (None = never)")
     tools: tuple[str, ...] = Field((), description="tool functions by import path 'pkg.mod:fn' or registered name")
 
     @field_validator("parser", "context")
@@ -78,8 +82,8 @@ class SeedSchedule(FrozenModel):
     the seed, so consecutive seeds walk a prompt dataset row by row
     (`dataset_qa` plays row `seed % rows`)."""
 
-    start: int = Field(0, description="first env seed")
-    stride: int = Field(1, ge=1, description="seed step between consecutive episodes")
+    start: int = bounded(0, ge=0, le=MAX_SEED, description="first env seed")
+    stride: int = bounded(1, ge=1, le=MAX_STRIDE, description="seed step between consecutive episodes")
 
     def seeds(self, n: int, offset: int = 0) -> list[int]:
         return [self.start + (offset + i) * self.stride for i in range(n)]

@@ -14,9 +14,10 @@ from pydantic import Field
 
 from ludic_core.config import LocalInferenceConfig
 from ludic_core.frozen import FrozenModel
-from ludic_core.recipes.registry import call_with_kwargs, check_ref, resolve
+from ludic_core.recipes.registry import call_with_kwargs, check_kwargs, check_ref, resolve
 
-__all__ = ["ScriptedPolicy", "ModelPolicy", "scripted_client", "model_client", "http_client", "open_client"]
+__all__ = ["ScriptedPolicy", "ModelPolicy", "check_policy", "scripted_client", "model_client", "http_client",
+           "open_client"]
 
 
 class ScriptedPolicy(FrozenModel):
@@ -37,6 +38,13 @@ class ModelPolicy(FrozenModel):
     kind: Literal["model"] = "model"
     model_path: str = Field(description="HF causal-LM directory (with a chat template)")
     local: LocalInferenceConfig = LocalInferenceConfig()
+
+
+def check_policy(spec: Any) -> None:
+    """A scripted policy's factory resolves, is a policy factory and takes its
+    kwargs; nothing is called (a teacher may load data when built)."""
+    if getattr(spec, "kind", None) == "scripted":
+        check_kwargs(resolve("policy", spec.policy), spec.kwargs, f"policy {spec.policy!r}")
 
 
 def scripted_client(spec: ScriptedPolicy, tokenizer: Any | None) -> tuple[Any, str | None]:

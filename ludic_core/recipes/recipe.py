@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import Field
 
+from ludic_core.bounds import MAX_EPISODES, MAX_SEED, MAX_STEPS, bounded
 from ludic_core.frozen import FrozenModel
 from ludic_core.recipes.configs import AgentConfig, EnvConfig
 from ludic_core.rejection import KeepRule
@@ -27,14 +28,14 @@ class Recipe(FrozenModel):
     teacher: str = Field(description="scripted teacher policy factory (registered name or import path)")
     teacher_kwargs: dict[str, Any] = Field(default_factory=dict)
     keep: KeepRule = KeepRule(min_return=1.0)
-    sft_steps: int = Field(400, ge=1, description="SFT steps of the demo chain")
+    sft_steps: int = bounded(400, ge=1, le=MAX_STEPS, description="SFT steps of the demo chain")
     rl_temperature: float = Field(1.0, gt=0.0, description="sampling temperature of RL rollouts")
     rl_lr: float = Field(1e-4, gt=0.0, description="learning rate of the demo chain's RL stage")
     rl_env_kwargs: dict[str, Any] = Field(
         default_factory=dict, description="added to env's kwargs for RL only: a training reward (e.g. shaping) "
                                           "that the teacher's data and the evaluations must not see")
-    eval_seed: int = Field(100_000, description="first env seed of evaluations")
-    eval_episodes: int = Field(400, ge=1, description="greedy episodes per evaluation")
+    eval_seed: int = bounded(100_000, ge=0, le=MAX_SEED, description="first env seed of evaluations")
+    eval_episodes: int = bounded(400, ge=1, le=MAX_EPISODES, description="greedy episodes per evaluation")
     table: dict[str, str] = Field(description="demo table column -> metric key")
 
     @property

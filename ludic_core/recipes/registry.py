@@ -11,8 +11,11 @@ runs from a YAML file or the Prefect UI without touching this project:
 - or an import path `package.module:Attribute`.
 
 Bundled entries are import paths too, so resolving one imports only what it
-names. Every failure is a `ComponentError` naming the value and the
-alternatives, raised before any episode runs.
+names. Resolving never calls what it finds: everything but a bundled entry
+must first declare its kind (`ludic_core.recipes.kinds`), so a config cannot
+name `subprocess:getoutput` as an env and have it run. Every failure is a
+`ComponentError` naming the value and the alternatives, raised before any
+episode runs.
 """
 
 from __future__ import annotations
@@ -23,7 +26,11 @@ import re
 from importlib.metadata import entry_points
 from typing import Any, Callable, Literal, Mapping
 
-__all__ = ["ComponentError", "Kind", "BUNDLED", "registered", "resolve", "call_with_kwargs", "check_ref"]
+from ludic_core.bounds import MAX_NAME_LEN
+from ludic_core.recipes.kinds import check_kind
+
+__all__ = ["ComponentError", "Kind", "BUNDLED", "registered", "resolve", "check_kwargs", "call_with_kwargs",
+           "check_ref"]
 
 Kind = Literal["env", "policy", "tool", "parser", "context"]
 
@@ -81,6 +88,8 @@ def registered(kind: Kind) -> dict[str, str]:
 def check_ref(kind: Kind, ref: str) -> str:
     """Syntax only (no import): a config validates where the user's package is
     not installed (e.g. the Prefect server); `resolve` finds it at first use."""
+    if isinstance(ref, str) and len(ref) > MAX_NAME_LEN:
+        raise ComponentError(f"{kind} {ref[:60]!r}... is longer than {MAX_NAME_LEN:,} characters")
     if not isinstance(ref, str) or not (_PATH.fullmatch(ref) or _NAME.fullmatch(ref)):
         raise ComponentError(f"{kind} {ref!r} is neither a registered name nor an import path 'package.module:Name'")
     return ref
@@ -100,24 +109,33 @@ def _import(path: str, what: str) -> Any:
 
 
 def resolve(kind: Kind, ref: str) -> Any:
-    """The object `ref` names: a registered name, else an import path."""
+    """The object `ref` names (a registered name, else an import path), not
+    called, and checked to be a `kind` unless it is a bundled entry."""
     check_ref(kind, ref)
     names = registered(kind)
     if ":" in ref:
-        obj = _import(ref, f"{kind} {ref!r}")
+        path, obj = ref, _import(ref, f"{kind} {ref!r}")
     elif ref in names:
-        obj = _import(names[ref], f"{kind} {ref!r} (registered as {names[ref]!r})")
+        path, obj = names[ref], _import(names[ref], f"{kind} {ref!r} (registered as {names[ref]!r})")
     else:
         raise ComponentError(f"unknown {kind} {ref!r}; registered {kind}s: {sorted(names)} "
                              f"(or give an import path 'package.module:Name', or register one in "
                              f"the entry-point group {GROUPS[kind]!r})")
     if not callable(obj):
         raise ComponentError(f"{kind} {ref!r} resolves to a {type(obj).__name__}, not a class or function")
+    if path not in BUNDLED[kind].values():  # bundled: this project's own code
+        check_kind(kind, obj, ref)
     return obj
 
 
 def call_with_kwargs(factory: Callable[..., Any], kwargs: Mapping[str, Any], what: str) -> Any:
     """`factory(**kwargs)`, with an unknown or missing keyword named before the call."""
+    check_kwargs(factory, kwargs, what)
+    return factory(**kwargs)
+
+
+def check_kwargs(factory: Callable[..., Any], kwargs: Mapping[str, Any], what: str) -> None:
+    """Raise ComponentError naming a keyword `factory` does not take or needs; calls nothing."""
     try:
         sig = inspect.signature(factory)
     except (TypeError, ValueError):  # builtins without a signature: let the call speak
@@ -133,4 +151,3 @@ def call_with_kwargs(factory: Callable[..., Any], kwargs: Mapping[str, Any], wha
                    and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
         if missing:
             raise ComponentError(f"{what} needs parameter {missing[0]!r} in its kwargs")
-    return factory(**kwargs)

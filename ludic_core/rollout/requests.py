@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import Field
 
+from ludic_core.bounds import MAX_GROUP, bounded
 from ludic_core.frozen import FrozenModel
 from ludic_core.inference.sampling import InferenceSpec
 
@@ -30,7 +31,7 @@ class ProtocolSpec(FrozenModel):
 class RolloutRequest(FrozenModel):
     env: EnvSpec
     protocol: ProtocolSpec
-    num_episodes: int = Field(1, ge=1)
+    num_episodes: int = bounded(1, ge=1, le=MAX_GROUP, description="episodes played from this request")
     env_seed: int | None = None
     sampling_seed: int | None = None
     inference: InferenceSpec | None = None

@@ -11,6 +11,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import Field, model_validator
 
+from ludic_core.bounds import MAX_BATCH, MAX_BUCKET_MB, MAX_NODES, MAX_SECONDS, MAX_STEPS, bounded
 from ludic_core.config import AlgorithmConfig, LocalInferenceConfig, TrainerConfig
 from ludic_core.frozen import FrozenModel
 from ludic_core.recipes.configs import AgentConfig, EnvConfig, SeedSchedule
@@ -25,7 +26,7 @@ class DatasetData(FrozenModel):
 
     kind: Literal["dataset"] = "dataset"
     path: str = Field(description="dataset directory (save_to_disk) or .jsonl file")
-    batch_size: int = Field(64, ge=1)
+    batch_size: int = bounded(64, ge=1, le=MAX_BATCH, description="examples per optimizer step")
     use: Literal["auto", "tokens", "messages"] = Field(
         "auto", description="auto = the stored token ids when they came from the student's tokenizer, "
                             "else the chat messages rendered with the student's template")
@@ -37,7 +38,8 @@ class RolloutData(FrozenModel):
     kind: Literal["rollouts"] = "rollouts"
     env: EnvConfig
     agent: AgentConfig = AgentConfig()
-    requests_per_step: int = Field(8, ge=1, description="prompts (env seeds) per step; each is sampled group_size times")
+    requests_per_step: int = bounded(8, ge=1, le=MAX_BATCH,
+                                     description="prompts (env seeds) per step; each is sampled group_size times")
     schedule: SeedSchedule = Field(SeedSchedule(start=1_000), description="the env seeds of consecutive steps")
 
 
@@ -53,9 +55,11 @@ class StreamData(FrozenModel):
     key: str = Field("ludic:saw", description="the stream")
     group: str = Field("trainers", description="its consumer group")
     consumer: str = Field("trainer-0", description="this trainer's name in the group")
-    items_per_step: int = Field(64, ge=1)
-    max_lag: int | None = Field(None, ge=0, description="drop items this many policy versions behind the trainer")
-    timeout_s: float | None = Field(600.0, gt=0, description="give up when a batch takes longer (None = wait)")
+    items_per_step: int = bounded(64, ge=1, le=MAX_BATCH, description="SAW items per optimizer step")
+    max_lag: int | None = bounded(None, ge=0, le=MAX_STEPS,
+                                  description="drop items this many policy versions behind the trainer")
+    timeout_s: float | None = bounded(600.0, gt=0, le=MAX_SECONDS,
+                                      description="give up when a batch takes longer (None = wait)")
 
 
 DataSpec = Annotated[Union[DatasetData, RolloutData, StreamData], Field(discriminator="kind")]
@@ -71,7 +75,7 @@ class VLLMEndpoint(FrozenModel):
     base_url: str = Field(description="the server's OpenAI API root, e.g. http://127.0.0.1:8000/v1")
     model: str = Field("policy", description="served model name")
     api_key_env: str = Field("LUDIC_VLLM_API_KEY", description="environment variable holding the API key")
-    bucket_mb: int = Field(64, ge=1, description="weight-push bucket size")
+    bucket_mb: int = bounded(64, ge=1, le=MAX_BUCKET_MB, description="weight-push bucket size")
 
 
 class WandbSpec(FrozenModel):
@@ -89,13 +93,13 @@ class NodeSettings(FrozenModel):
     model_path must be on storage every node reads and writes (DCP writes shards
     from every rank)."""
 
-    nnodes: int = Field(1, ge=1, description="machines in the job (1 = a standalone torchrun)")
+    nnodes: int = bounded(1, ge=1, le=MAX_NODES, description="machines in the job (1 = a standalone torchrun)")
     rdzv_endpoint: str | None = Field(
         None, description="HOST:PORT of the rendezvous store, reachable from every node (needed when nnodes > 1); "
                           "the agent on the machine named HOST hosts it")
     rdzv_id: str = Field("ludic", description="job id every node passes; the stage's target step is appended, so a "
                                               "later stage never joins an earlier one's rendezvous")
-    join_timeout_s: int = Field(600, ge=1, description="how long an agent waits for the other nodes")
+    join_timeout_s: int = bounded(600, ge=1, le=MAX_SECONDS, description="how long an agent waits for the other nodes")
     node_deployments: list[str] = Field(
         [], description="Prefect deployments (FLOW/DEPLOYMENT of train_node, one per other node, e.g. on a work "
                         "pool per machine) that the flow triggers to start the other nodes' agents; empty = start "
@@ -121,7 +125,7 @@ class StageSpec(FrozenModel):
     algorithm: AlgorithmConfig
     trainer: TrainerConfig = TrainerConfig()
     data: DataSpec
-    until_step: int = Field(ge=1, description="train until the trainer's step counter reaches this")
+    until_step: int = bounded(ge=1, le=MAX_STEPS, description="train until the trainer's step counter reaches this")
     metrics_path: str | None = None
     progress_bar: bool = Field(False, description="a console progress bar (rank 0)")
     title: str = Field("train", description="what the progress bar calls this job")

@@ -194,6 +194,7 @@ def test_invalid_parameters_rejected_at_trigger_time(client, cfg, field):
 COUNTING_ENV = '''"""A user's env, in its own package: count up from seed % 5, one number per turn."""
 
 import re
+from typing import Callable
 
 from ludic_core.envs.single_agent import SingleAgentEnv
 from ludic_core.types import StepOutcome
@@ -229,7 +230,7 @@ class CountingEnv(SingleAgentEnv):
         return {"correct_turn_rate": sum(bool(s.info.get("correct")) for s in steps) / max(len(steps), 1)}
 
 
-def teacher():
+def teacher() -> Callable[[list], str]:  # the annotation declares it a policy factory
     """Scripted teacher factory: the number after the last one shown."""
 
     def policy(messages):

@@ -30,7 +30,7 @@ class FlakyEnv(SingleAgentEnv):
         return super().reset(seed)
 
 
-def echo(messages):
+def echo(messages: list) -> str:
     return messages[-1]["content"].split()[-1]
 
 
