@@ -174,6 +174,15 @@ class Trainer:
     def train_step(self) -> dict[str, float]:
         t0 = time.perf_counter()
         batch = self.source.next_batch()
+        try:
+            return self._train_on(batch, t0)
+        except Exception as exc:
+            record = getattr(self.source, "record_failure", None)  # a queue source names it if these entries fail again
+            if record is not None:
+                record(exc)
+            raise
+
+    def _train_on(self, batch: SAWBatch, t0: float) -> dict[str, float]:
         items, stale = self._filter(batch)
         mbs = self._micro_batches(items)
         real = [mb for mb in mbs if not _is_pad(mb)]
