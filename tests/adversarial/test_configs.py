@@ -434,14 +434,7 @@ def test_env_factories_declare_what_they_build(tmp_path, monkeypatch, which, ok)
             check_env(cfg)
 
 
-_UNANNOTATED = {("policy", "code_reference")}  # ludic_core/envs/code_exec: its owner can annotate it
-
-
-@pytest.mark.parametrize("kind, name", [
-    pytest.param(k, n, marks=pytest.mark.xfail(strict=True, reason="unannotated; passes as a bundled (trusted) "
-                                                                     "path until annotated"))
-    if (k, n) in _UNANNOTATED else (k, n)
-    for k, names in BUNDLED.items() for n in names])
+@pytest.mark.parametrize("kind, name", [(k, n) for k, names in BUNDLED.items() for n in names])
 def test_every_bundled_component_passes_its_kind_check_on_its_own(kind, name):
     """Bundled paths are trusted (this project's code), yet each also declares its kind."""
     from ludic_core.recipes.kinds import check_kind

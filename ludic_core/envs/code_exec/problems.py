@@ -7,6 +7,8 @@ tests and examples run these; real evaluation uses HumanEval
 
 from __future__ import annotations
 
+from typing import Callable
+
 from ludic_core.envs.code_exec.harness import CodeProblem
 
 __all__ = ["mini_problems", "reference_solver"]
@@ -47,7 +49,7 @@ def mini_problems() -> list[CodeProblem]:
     ]
 
 
-def reference_solver(problems: str = "mini"):
+def reference_solver(problems: str = "mini") -> Callable[..., str]:
     """A teacher (registered policy `code_reference`) that answers each problem
     with its canonical solution as a whole function in a ```python block: the
     format the `code_block` parser reads. For rejection sampling and tests; a
