@@ -220,3 +220,16 @@ def test_docker_backend_command_isolates_and_says_whether_a_daemon_runs(tmp_path
                  ["--cap-drop", "ALL"], ["--user", "65534:65534"]):
         assert any(cmd[i:i + len(flag)] == flag for i in range(len(cmd))), flag
     assert isinstance(box.available(), bool)
+
+
+def test_concurrent_unsandboxed_runs_each_get_their_own_working_directory():
+    """The subprocess backend's per-run directory is the run's, not the sandbox object's."""
+    with SandboxPool(SubprocessSandbox(allow_unsandboxed=True), concurrency=4, limits=LIMITS) as p:
+        from concurrent.futures import ThreadPoolExecutor
+
+        prog = ("import os, time\nopen('mine', 'w').write(str(os.getpid()))\ntime.sleep(0.3)\n"
+                "print(os.getcwd(), open('mine').read() == str(os.getpid()))")
+        with ThreadPoolExecutor(4) as ex:
+            outs = [r.stdout.split() for r in ex.map(lambda _: p.run(prog), range(4))]
+    assert all(ok == "True" for _, ok in outs) and len({cwd for cwd, _ in outs}) == 4, outs
+    assert not any(os.path.exists(cwd) for cwd, _ in outs)  # removed after each run

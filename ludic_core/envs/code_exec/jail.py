@@ -40,7 +40,7 @@ import crossing  # noqa: E402
 import seccomp  # noqa: E402
 
 # warm: a forked child finds these imported (HumanEval prompts import typing, math, ...)
-import collections, functools, hashlib, heapq, itertools, math, re, string, typing  # noqa: E401,E402,F401
+import bisect, collections, functools, hashlib, heapq, itertools, math, re, string, typing  # noqa: E401,E402,F401
 
 _CLONE_NEWNS, _CLONE_NEWIPC = 0x00020000, 0x08000000
 _MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 2, 4, 16384, 1 << 18
@@ -215,7 +215,8 @@ def _lead(req, cfg, files, report_fd):
         if main_status is None:
             os.waitpid(main, 0)
         out = {"timed_out": main_status is None, "error": None,
-               "cand": _code(main_status) if main == cand else _code(_reap(cand)), "judge": _code(main_status) if judged else None}
+               "cand": _code(main_status) if main == cand else _code(_reap(cand)),
+               "judge": _code(main_status) if judged else None}
     except BaseException as exc:  # noqa: BLE001 - the jail's own failure, said as such
         out = {"timed_out": False, "error": f"{type(exc).__name__}: {exc}"}
     os.write(report_fd, json.dumps(out).encode())

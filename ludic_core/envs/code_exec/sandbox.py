@@ -30,6 +30,7 @@ Backends:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -192,12 +193,20 @@ class _JailSandbox:
         return 0 if self.drop_uids else _tasks_of(os.getuid())
 
     def run(self, program: str, *, limits: Limits, stdin: str = "", judge: Judge | None = None) -> ExecResult:
+        with self._workdir() as tmp:
+            return self._run(program, limits, stdin, judge, tmp)
+
+    def _workdir(self) -> contextlib.AbstractContextManager[str]:
+        """The runs' working directory (inside the sandbox: its private /tmp)."""
+        return contextlib.nullcontext("/tmp")
+
+    def _run(self, program: str, limits: Limits, stdin: str, judge: Judge | None, tmp: str) -> ExecResult:
         uids = UidBlock.acquire(2) if self.drop_uids else None
         cg = cgroup.run_cgroup(uids[0]) if uids and self.private else None
         start = time.monotonic()
         try:
             cfg = {"uids": uids, "private": self.private, "cgroup": "/jail/cgroup" if cg else None, "once": True,
-                   "tmp": "/tmp", "site": self.site_packages}
+                   "tmp": tmp, "site": self.site_packages}
             request = jail_request(program, limits, stdin, judge, self.nproc_base(), cg is not None)
             reply = self._exchange(self.command(limits, cfg, cg), request, limits.wall_s + _GRACE_S)
         finally:
@@ -323,14 +332,12 @@ class SubprocessSandbox(_JailSandbox):
                                "and use the network); pass allow_unsandboxed=True to use it anyway")
         self.python = python or _base_python()
 
-    def run(self, program: str, *, limits: Limits, stdin: str = "", judge: Judge | None = None) -> ExecResult:
+    def _workdir(self) -> contextlib.AbstractContextManager[str]:
         log.warning("running model-written code WITHOUT a sandbox (subprocess backend): it can read files and "
                     "use the network")
-        with tempfile.TemporaryDirectory(prefix="ludic-sandbox-") as self._tmp:
-            return super().run(program, limits=limits, stdin=stdin, judge=judge)
+        return tempfile.TemporaryDirectory(prefix="ludic-sandbox-")
 
     def command(self, limits: Limits, cfg: dict, cgroup_dir: Path | None) -> list[str]:
-        cfg = {**cfg, "tmp": self._tmp}
         return [self.python, "-I", "-S", "-B", str(_HERE / "jail.py"), json.dumps(cfg)]
 
 
