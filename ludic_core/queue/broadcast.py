@@ -62,3 +62,8 @@ class BroadcastSource:
     def checkpoint_committed(self, path: Any = None) -> None:
         if self.inner is not None:
             self.inner.checkpoint_committed(path)
+
+    def record_failure(self, error: BaseException | str) -> None:
+        """Rank 0 holds the stream: only it notes which entries a failed step had."""
+        if self.inner is not None and hasattr(self.inner, "record_failure"):
+            self.inner.record_failure(error)
