@@ -59,6 +59,22 @@ def test_ratio_losses_refuse_items_without_actor_logprobs(tiny_model_dir, sft_it
         tr.train_step()
 
 
+def test_a_failed_step_is_reported_to_a_source_that_records_failures(tiny_model_dir, sft_items):
+    """A queue source quotes this error if the entries fail again (their dead-letter reason)."""
+    class _Recording(_FixedSource):
+        failures: list = []
+
+        def record_failure(self, error):
+            self.failures.append(error)
+
+    model, tok = load_model_and_tokenizer(tiny_model_dir)
+    src = _Recording(SAWBatch(sft_items[:4]))
+    tr = Trainer(model, make_grpo(), src, TrainerConfig(), tokenizer=tok)
+    with pytest.raises(ValueError, match="grpo needs the actor's sampling log-probs") as caught:
+        tr.train_step()
+    assert src.failures == [caught.value]
+
+
 def test_overlong_items_error_or_drop(tiny_model_dir, sft_items):
     longest = max(len(i) for i in sft_items)
     tr = _trainer(tiny_model_dir, sft_items, max_seq_len=longest - 1)
