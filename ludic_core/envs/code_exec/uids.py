@@ -46,29 +46,21 @@ class UidBlock:
         order = list(range(_BLOCKS))
         random.Random(os.getpid()).shuffle(order)
         for n in order:
-            fd = os.open(lock_dir() / f"{n}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                continue
-            first = UID_BASE + n * BLOCK
-            cls._held, cls._owner = (fd, first), os.getpid()
-            cls._free = list(range(first + BLOCK - 1, first - 1, -1))
-            return
+            fd = _lock_block(n)
+            if fd is not None:
+                first = UID_BASE + n * BLOCK
+                cls._held, cls._owner = (fd, first), os.getpid()
+                cls._free = list(range(first + BLOCK - 1, first - 1, -1))
+                return
         raise OSError(f"all {_BLOCKS} sandbox uid blocks are held by other processes")
 
     @staticmethod
     def try_hold(n: int) -> bool:
         """Take block `n`'s lock if nobody holds it (for cleaning up after a dead holder)."""
-        fd = os.open(lock_dir() / f"{n}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return False
-        UidBlock._probes[n] = fd
-        return True
+        fd = _lock_block(n)
+        if fd is not None:
+            UidBlock._probes[n] = fd
+        return fd is not None
 
     @staticmethod
     def let_go(n: int) -> None:
@@ -88,7 +80,13 @@ class UidBlock:
         with cls._lock:
             cls._free.extend(uids)
 
-    @classmethod
-    def first(cls) -> int | None:
-        """The first uid of the block this process holds (None before any run)."""
-        return None if cls._held is None else cls._held[1]
+
+def _lock_block(n: int) -> int | None:
+    """An fd holding block `n`'s exclusive lock, or None if another holder has it."""
+    fd = os.open(lock_dir() / f"{n}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
