@@ -169,6 +169,9 @@ class TrainerConfig(FrozenModel):
     micro_token_budget: int = bounded(8192, ge=1, le=MAX_TOKEN_BUDGET, description="padded tokens per micro-batch")
     max_seq_len: int = bounded(1024, ge=2, le=MAX_SEQ_LEN, description="tokens of one item (prompt and completion)")
     overlong: Literal["error", "drop"] = Field("error", description="items longer than max_seq_len")
+    skip_inert: bool = Field(
+        True, description="give items of weight 0 no forward or backward pass when the loss declares them inert "
+        "(clipped surrogate, REINFORCE, GSPO, CISPO; not with a KL or entropy term): the same gradient, less compute")
     grad_checkpointing: bool = False
     device: str = Field("auto", pattern=_DEVICE_PATTERN, description=_DEVICE_DOC + "; torchrun ranks use their local GPU")
     dtype: Literal["auto", "float32", "bfloat16"] = Field(

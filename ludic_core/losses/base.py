@@ -12,6 +12,7 @@ reduction), which the trainer sets to the totals over the WHOLE optimizer step
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
@@ -41,7 +42,9 @@ class LossInputs:
 @dataclass
 class LossOutputs:
     loss: torch.Tensor  # scalar; already normalised by the step totals
-    metrics: dict[str, float] = field(default_factory=dict)  # plain floats, for logging
+    # For logging: 0-d tensors on the loss's device, so that no micro-batch waits
+    # for the accelerator (the trainer converts once per step). Floats are accepted too.
+    metrics: dict[str, torch.Tensor | float] = field(default_factory=dict)
 
 
 @runtime_checkable
@@ -55,6 +58,11 @@ class Loss(Protocol):
     # Optional: `needs_reference_logprobs = True` makes the trainer keep a frozen
     # copy of the starting model and fill `inputs.ref_logprobs` (read with getattr:
     # a loss that forgets it fails loudly in `masked_reference_log_ratio`).
+    # Optional: `inert_at_zero_advantage = True` promises that an item whose
+    # advantage is exactly 0 adds exactly 0 to the loss and its gradient, given the
+    # step totals (`num_tokens`, `num_sequences`, `batch_mean_advantage`) that still
+    # count it. The trainer then runs no forward or backward pass for such items
+    # (read with `is_inert`: undeclared means not inert, so user losses stay exact).
 
     def __call__(self, inputs: LossInputs) -> LossOutputs: ...
 
@@ -78,7 +86,7 @@ def reduce_tokens(values: torch.Tensor, inputs: LossInputs, reduction: Reduction
 # --- helpers shared by the loss terms (appended; the contract above is fixed) ---
 
 __all__ += ["check_inputs", "masked_mean", "masked_log_ratio", "masked_reference_log_ratio", "sequence_advantages",
-            "declared"]
+            "declared", "is_inert", "masked_extreme"]
 
 
 def check_inputs(inputs: LossInputs) -> None:
@@ -99,12 +107,25 @@ def check_inputs(inputs: LossInputs) -> None:
         )
 
 
-def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
-    """Mean of `values` over mask == 1 as a python float (0.0 if nothing is
-    masked in). For metrics only: it uses the micro-batch's own token count."""
-    n = float(mask.sum())
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of `values` over mask == 1 as a detached 0-d tensor (0 if nothing is
+    masked in), computed without a host sync. For metrics only: it uses the
+    micro-batch's own token count."""
     picked = torch.where(mask > 0, values.detach(), torch.zeros_like(values))
-    return float(picked.sum()) / n if n > 0 else 0.0
+    return picked.sum().double() / (mask > 0).sum().clamp_min(1)  # the division in float64, as on the host
+
+
+def masked_extreme(values: torch.Tensor, mask: torch.Tensor, how: Literal["max", "min"]) -> torch.Tensor:
+    """Max or min of `values` over mask == 1 as a detached 0-d tensor (0 if nothing
+    is masked in). Masking by `where`, not boolean indexing, whose data-dependent
+    shape would make the host wait for the accelerator."""
+    if values.numel() == 0:
+        return values.new_zeros(())
+    on = mask > 0
+    fill = -math.inf if how == "max" else math.inf
+    picked = torch.where(on, values.detach(), torch.full_like(values, fill))
+    extreme = picked.amax() if how == "max" else picked.amin()
+    return torch.where(on.any(), extreme, torch.zeros_like(extreme))
 
 
 def sequence_advantages(inputs: LossInputs) -> torch.Tensor:
@@ -143,3 +164,8 @@ def declared(loss: object, flag: str) -> bool:
                          f"(see ludic_core.losses.base.Loss), got {value!r}")
     return value
 
+
+def is_inert(loss: object) -> bool:
+    """Whether `loss` declares `inert_at_zero_advantage = True` (see `Loss`);
+    anything else, a missing attribute included, reads as not inert."""
+    return getattr(loss, "inert_at_zero_advantage", False) is True

@@ -35,7 +35,8 @@ class CISPOLoss:
     MiniMax-M1's form: r = pi_theta / pi_old, weight capped at 1 + eps_high.
     `eps_low=None` (the default) sets no lower bound, as the paper does ("we
     did not impose a lower bound ... we only tuned eps_high"). Token reduction
-    matches the paper's 1 / sum_i |o_i| normaliser.
+    matches the paper's 1 / sum_i |o_i| normaliser. Inert at A = 0 (every
+    token's value is a multiple of A).
     """
 
     eps_high: float = 2.0
@@ -43,6 +44,7 @@ class CISPOLoss:
     reduction: Reduction = "token"
     needs_entropy: ClassVar[bool] = False
     needs_actor_logprobs: ClassVar[bool] = True
+    inert_at_zero_advantage: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         if self.eps_high < 0.0:

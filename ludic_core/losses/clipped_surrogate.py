@@ -31,6 +31,7 @@ from ludic_core.losses.base import (
     LossOutputs,
     Reduction,
     check_inputs,
+    masked_extreme,
     masked_log_ratio,
     masked_mean,
     reduce_tokens,
@@ -62,7 +63,11 @@ def sampler_weights(inputs: LossInputs, correction: SamplerCorrection, cap: floa
 @dataclass
 class ClippedSurrogateLoss:
     """Per-token value -w * min(r A, clip(r, 1 - clip_low, 1 + clip_high) A)
-    (w = 1 and r against the sampler's log-probs unless `sampler_correction` is set)."""
+    (w = 1 and r against the sampler's log-probs unless `sampler_correction` is set).
+
+    Inert at A = 0: both branches of the min are r * 0, so value and gradient are 0
+    (w is detached), whatever the reduction.
+    """
 
     clip_low: float = 0.2
     clip_high: float = 0.2
@@ -71,6 +76,7 @@ class ClippedSurrogateLoss:
     sampler_cap: float = 2.0
     needs_entropy: ClassVar[bool] = False
     needs_actor_logprobs: ClassVar[bool] = True
+    inert_at_zero_advantage: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.clip_low < 1.0:
@@ -103,13 +109,11 @@ class ClippedSurrogateLoss:
         values = -torch.minimum(unclipped, clipped)
         if w is not None:
             values = w * values
-        on = mask > 0
-        ratios = ratio.detach()[on]
         metrics.update({
             "clip_frac": masked_mean((clipped < unclipped).float(), mask),
             "ratio_mean": masked_mean(ratio, mask),
-            "ratio_max": float(ratios.max()) if ratios.numel() else 0.0,
-            "ratio_min": float(ratios.min()) if ratios.numel() else 0.0,
+            "ratio_max": masked_extreme(ratio, mask, "max"),
+            "ratio_min": masked_extreme(ratio, mask, "min"),
             "approx_kl": masked_mean(-log_ratio, mask),
         })
         return LossOutputs(loss=reduce_tokens(values, inputs, self.reduction), metrics=metrics)

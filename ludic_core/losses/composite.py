@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ludic_core.losses.base import Loss, LossInputs, LossOutputs, declared
+import torch
+
+from ludic_core.losses.base import Loss, LossInputs, LossOutputs, declared, is_inert
 
 __all__ = ["CompositeLoss"]
 
@@ -20,13 +22,15 @@ class CompositeLoss:
 
     Metrics: every term's metric as "<name>/<metric>" plus "<name>/loss" (the
     term's unweighted loss). `needs_entropy`, `needs_actor_logprobs` and
-    `needs_reference_logprobs` are true if any term needs it.
+    `needs_reference_logprobs` are true if any term needs it;
+    `inert_at_zero_advantage` only if every term is (a KL or entropy term is not).
     """
 
     terms: list[tuple[str, Loss, float]]
     needs_entropy: bool = field(init=False)
     needs_actor_logprobs: bool = field(init=False)
     needs_reference_logprobs: bool = field(init=False)
+    inert_at_zero_advantage: bool = field(init=False)
 
     def __post_init__(self) -> None:
         if not self.terms:
@@ -38,13 +42,14 @@ class CompositeLoss:
         self.needs_entropy = any(declared(term, "needs_entropy") for _, term, _ in self.terms)
         self.needs_actor_logprobs = any(declared(term, "needs_actor_logprobs") for _, term, _ in self.terms)
         self.needs_reference_logprobs = any(getattr(term, "needs_reference_logprobs", False) for _, term, _ in self.terms)
+        self.inert_at_zero_advantage = all(is_inert(term) for _, term, _ in self.terms)
 
     def __call__(self, inputs: LossInputs) -> LossOutputs:
         total = None
-        metrics: dict[str, float] = {}
+        metrics: dict[str, torch.Tensor | float] = {}
         for name, term, weight in self.terms:
             out = term(inputs)
             total = weight * out.loss if total is None else total + weight * out.loss
-            metrics[f"{name}/loss"] = float(out.loss.detach())
+            metrics[f"{name}/loss"] = out.loss.detach()
             metrics.update({f"{name}/{k}": v for k, v in out.metrics.items()})
         return LossOutputs(loss=total, metrics=metrics)

@@ -25,11 +25,16 @@ __all__ = ["MaskedCrossEntropyLoss"]
 
 @dataclass
 class MaskedCrossEntropyLoss:
-    """Per-token value -logprobs. Metric "nll": masked mean negative log-likelihood."""
+    """Per-token value -logprobs. Metric "nll": masked mean negative log-likelihood.
+
+    Not inert at A = 0: the advantage is ignored, so an item of weight 0 is trained
+    on like any other (SFT sets 1 everywhere; drop an item to leave it out).
+    """
 
     reduction: Reduction = "token"
     needs_entropy: ClassVar[bool] = False
     needs_actor_logprobs: ClassVar[bool] = False
+    inert_at_zero_advantage: ClassVar[bool] = False
 
     def __call__(self, inputs: LossInputs) -> LossOutputs:
         check_inputs(inputs)

@@ -39,12 +39,14 @@ def token_entropy(logits: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class EntropyBonus:
-    """Per-token value -coef * entropy (minimising the loss raises entropy)."""
+    """Per-token value -coef * entropy (minimising the loss raises entropy).
+    Not inert at A = 0: it ignores the advantage, every scored token counts."""
 
     coef: float = 0.01
     reduction: Reduction = "token"
     needs_entropy: ClassVar[bool] = True
     needs_actor_logprobs: ClassVar[bool] = False
+    inert_at_zero_advantage: ClassVar[bool] = False
 
     def __call__(self, inputs: LossInputs) -> LossOutputs:
         if inputs.entropy is None:

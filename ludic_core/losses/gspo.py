@@ -36,12 +36,14 @@ class GSPOLoss:
     the mean over a sequence's tokens of grad s_it is exactly s_i * mean_t grad
     log pi_t = grad s_i, so the loss equals the paper's (1/G) sum_i min(s_i A_i,
     clip(s_i) A_i) in value and gradient, with every sequence weighted equally.
+    Inert at A_i = 0: both branches of the min are s_it * 0.
     """
 
     clip_low: float = 3e-4
     clip_high: float = 4e-4
     needs_entropy: ClassVar[bool] = False
     needs_actor_logprobs: ClassVar[bool] = True
+    inert_at_zero_advantage: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.clip_low < 1.0:
@@ -69,13 +71,13 @@ class GSPOLoss:
 
     def _metrics(
         self, s: torch.Tensor, a: torch.Tensor, has_tokens: torch.Tensor
-    ) -> dict[str, float]:
-        """clip_frac: share of sequences (with action tokens) whose clipped term wins."""
-        if not bool(has_tokens.any()):
-            return {"clip_frac": 0.0, "seq_ratio_mean": 0.0}
-        s, a = s[has_tokens], a[has_tokens]
+    ) -> dict[str, torch.Tensor]:
+        """clip_frac: share of sequences (with action tokens) whose clipped term wins;
+        0 for both when no sequence has any (masked sums: no host sync)."""
+        has = has_tokens.float()
+        n = has.sum().clamp_min(1.0)
         clipped = torch.clamp(s, 1.0 - self.clip_low, 1.0 + self.clip_high) * a
         return {
-            "clip_frac": float((clipped < s * a).float().mean()),
-            "seq_ratio_mean": float(s.mean()),
+            "clip_frac": ((clipped < s * a).float() * has).sum() / n,
+            "seq_ratio_mean": (s * has).sum() / n,
         }

@@ -41,12 +41,14 @@ __all__ = ["TokenKLLoss"]
 class TokenKLLoss:
     """Per-token value coef * (exp(d) - d - 1), d = ref_logprobs - logprobs
     (`to="reference"`) or old_logprobs - logprobs (`to="behaviour"`).
-    Metric "kl" is the unweighted masked mean of k3."""
+    Metric "kl" is the unweighted masked mean of k3. Not inert at A = 0: the
+    penalty ignores the advantage and binds on every scored token."""
 
     coef: float = 0.1
     reduction: Reduction = "token"
     to: Literal["reference", "behaviour"] = "behaviour"
     needs_entropy: ClassVar[bool] = False
+    inert_at_zero_advantage: ClassVar[bool] = False
     needs_actor_logprobs: bool = field(init=False)
     needs_reference_logprobs: bool = field(init=False)
 

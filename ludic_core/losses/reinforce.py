@@ -25,11 +25,12 @@ __all__ = ["ReinforceLoss"]
 
 @dataclass
 class ReinforceLoss:
-    """Per-token value -A_i * logprobs_{i,t}, reduced by `reduction`."""
+    """Per-token value -A_i * logprobs_{i,t}, reduced by `reduction` (inert at A_i = 0)."""
 
     reduction: Reduction = "token"
     needs_entropy: ClassVar[bool] = False
     needs_actor_logprobs: ClassVar[bool] = False
+    inert_at_zero_advantage: ClassVar[bool] = True
 
     def __call__(self, inputs: LossInputs) -> LossOutputs:
         check_inputs(inputs)
@@ -38,6 +39,6 @@ class ReinforceLoss:
             loss=reduce_tokens(values, inputs, self.reduction),
             metrics={
                 "logp_mean": masked_mean(inputs.logprobs, inputs.mask),
-                "adv_mean": float(inputs.advantages.float().mean()),
+                "adv_mean": inputs.advantages.detach().float().mean(),
             },
         )

@@ -27,11 +27,15 @@ __all__ = ["ReinforceBaselineLoss"]
 
 @dataclass
 class ReinforceBaselineLoss:
-    """Per-token value -(A_i - b) * logprobs_{i,t}, b = inputs.batch_mean_advantage."""
+    """Per-token value -(A_i - b) * logprobs_{i,t}, b = inputs.batch_mean_advantage.
+
+    Not inert at A_i = 0: such an item still gets -(0 - b), a push against the baseline.
+    """
 
     reduction: Reduction = "token"
     needs_entropy: ClassVar[bool] = False
     needs_actor_logprobs: ClassVar[bool] = False
+    inert_at_zero_advantage: ClassVar[bool] = False
 
     def __call__(self, inputs: LossInputs) -> LossOutputs:
         check_inputs(inputs)
@@ -41,7 +45,7 @@ class ReinforceBaselineLoss:
             loss=reduce_tokens(values, inputs, self.reduction),
             metrics={
                 "logp_mean": masked_mean(inputs.logprobs, inputs.mask),
-                "adv_mean": float(inputs.advantages.float().mean()),
+                "adv_mean": inputs.advantages.detach().float().mean(),
                 "baseline": float(inputs.batch_mean_advantage),
             },
         )

@@ -32,6 +32,7 @@ __all__ = [
     "all_gather_json",
     "all_reduce_sum",
     "all_reduce_floats",
+    "all_reduce_tensor",
     "barrier",
     "broadcast_object_json",
     "check_ranks_fit_gpus",
@@ -202,6 +203,18 @@ def all_reduce_floats(xs: list[float], op: str, ctx: DistContext) -> list[float]
     t = torch.tensor(xs, dtype=torch.float64, device=_comm_device(ctx))
     dist.all_reduce(t, op=ops[op])
     return [float(v) for v in t.tolist()]
+
+
+def all_reduce_tensor(t: torch.Tensor, op: str, ctx: DistContext) -> torch.Tensor:
+    """`all_reduce_floats` for numbers still on the device: reduce `t` elementwise over
+    ranks in one call (op: sum, max, min) without reading it on the host. Returns a new
+    tensor on the communication device (`t` itself in one process)."""
+    if not ctx.is_distributed or t.numel() == 0:
+        return t
+    ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+    out = t.to(_comm_device(ctx), copy=True)
+    dist.all_reduce(out, op=ops[op])
+    return out
 
 
 def barrier(ctx: DistContext) -> None:

@@ -7,6 +7,11 @@ accumulation normalised by whole-step totals (so 1 process or N, 1 micro-batch
 or 10, give the same gradient), clipping, the LR schedule, publishing,
 checkpoints and logs. The same code runs single-process and under torchrun
 with FSDP2 (gradient sync only on the last micro-batch; rank 0 publishes).
+
+Two habits keep a step cheap without changing its gradient. Items whose weight
+is 0 under a loss that declares itself inert there (`Loss`) are never scored,
+but still count in the step totals. And nothing in the micro-batch loop waits
+for the accelerator: metrics stay on the device and are read once per step.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from ludic_core.batching.collate import MicroBatch, collate_micro_batches, paddi
 from ludic_core.batching.saw import SAWBatch, SAWItem
 from ludic_core.config import TrainerConfig
 from ludic_core.device import place_model, resolve_dtype
-from ludic_core.losses import LossInputs
+from ludic_core.losses import LossInputs, is_inert
 from ludic_core.training import distributed as dist_utils
 from ludic_core.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from ludic_core.training.lora import apply_lora, is_lora, merged_state_dict
@@ -139,7 +144,29 @@ class Trainer:
             mbs.append(_zero_weight_copy(template))
         return mbs
 
-    def _forward_loss(self, mb: MicroBatch, totals: dict[str, float]) -> tuple[torch.Tensor, dict[str, float]]:
+    def _split_inert(self, items: list[SAWItem]) -> tuple[list[SAWItem], list[SAWItem]]:
+        """(items to score, items skipped): under a loss inert at zero advantage an
+        item of weight 0 adds exactly nothing, so it gets no forward or backward pass."""
+        if not (self.cfg.skip_inert and is_inert(self.algorithm.loss)):
+            return items, []
+        return [i for i in items if i.weight != 0.0], [i for i in items if i.weight == 0.0]
+
+    def _totals(self, mbs: list[MicroBatch], skipped: list[SAWItem]) -> dict[str, float]:
+        """Whole-step totals over all ranks in one all-reduce, from this rank's micro-batches
+        and its share of the skipped items. The loss normalisers (`tokens`, `sequences`,
+        `mean_weight`) count skipped items, so the gradient is the unskipped one;
+        `scored_tokens` weighs the metrics of the micro-batches that ran."""
+        real = [mb for mb in mbs if not _is_pad(mb)]
+        mine = [sum(mb.action_tokens for mb in real), float(sum(len(mb.meta) for mb in real)),
+                sum(float(mb.weights.sum()) for mb in real), float(len(skipped)),
+                float(sum(sum(i.action_mask[1:]) for i in skipped))]  # position 0 is never an action token
+        scored, seqs, weight_sum, skipped_items, skipped_tokens = dist_utils.all_reduce_floats(mine, "sum", self.ctx)
+        sequences = seqs + skipped_items
+        return {"tokens": scored + skipped_tokens, "sequences": sequences,
+                "mean_weight": weight_sum / max(sequences, 1.0), "scored_tokens": scored,
+                "skipped_items": skipped_items, "skipped_tokens": skipped_tokens}
+
+    def _forward_loss(self, mb: MicroBatch, totals: dict[str, float]) -> tuple[torch.Tensor, dict[str, Any]]:
         device = self.ctx.device
         # Only positions that score an action token need scoring: start at the first
         # one any row has (decided on the host, from the CPU micro-batch).
@@ -149,16 +176,16 @@ class Trainer:
         if mb.temperatures is not None and self.algorithm.requires_actor_logprobs:
             # actor log-probs are of softmax(logits / T): compare like with like
             # (top-p renormalisation is not replayed: keep top_p=1 for ratio losses)
-            if bool((mb.temperatures != 1.0).any()):
-                temps = mb.temperatures
+            if bool((mb.temperatures != 1.0).any()):  # the micro-batch is on the host: no sync
+                temps = _to_device(mb.temperatures, device)
         loss_fn = self.algorithm.loss
-        logprobs, entropy = self.scorer(mb.input_ids.to(device), mb.attention_mask.to(device), start, temps,
-                                        need_entropy=loss_fn.needs_entropy)
+        ids, attention = _to_device(mb.input_ids, device), _to_device(mb.attention_mask, device)
+        logprobs, entropy = self.scorer(ids, attention, start, temps, need_entropy=loss_fn.needs_entropy)
         inputs = LossInputs(
             logprobs=logprobs,
-            old_logprobs=mb.actor_logprobs[:, start + 1:].to(device),
-            mask=mb.action_mask[:, start + 1:].to(device),
-            advantages=mb.weights.to(device),
+            old_logprobs=_to_device(mb.actor_logprobs[:, start + 1:], device),
+            mask=_to_device(mb.action_mask[:, start + 1:], device),
+            advantages=_to_device(mb.weights, device),
             num_tokens=totals["tokens"],
             num_sequences=totals["sequences"],
             entropy=entropy,
@@ -166,8 +193,7 @@ class Trainer:
         )
         if self.ref_scorer is not None:
             with torch.no_grad():
-                inputs.ref_logprobs, _ = self.ref_scorer(mb.input_ids.to(device), mb.attention_mask.to(device),
-                                                         start, temps, need_entropy=False)
+                inputs.ref_logprobs, _ = self.ref_scorer(ids, attention, start, temps, need_entropy=False)
         out = loss_fn(inputs)
         return out.loss, out.metrics
 
@@ -184,30 +210,33 @@ class Trainer:
 
     def _train_on(self, batch: SAWBatch, t0: float) -> dict[str, float]:
         items, stale = self._filter(batch)
-        mbs = self._micro_batches(items)
-        real = [mb for mb in mbs if not _is_pad(mb)]
-        totals = {
-            "tokens": dist_utils.all_reduce_sum(sum(mb.action_tokens for mb in real), self.ctx),
-            "sequences": dist_utils.all_reduce_sum(float(sum(len(mb.meta) for mb in real)), self.ctx),
-        }
-        weight_sum = dist_utils.all_reduce_sum(sum(float(mb.weights.sum()) for mb in real), self.ctx)
-        totals["mean_weight"] = weight_sum / max(totals["sequences"], 1.0)
-        loss_total, step_metrics = 0.0, StepMetrics()
+        scored, skipped = self._split_inert(items)
+        mbs = self._micro_batches(scored)
+        totals = self._totals(mbs, dist_utils.shard_batch(skipped, self.ctx))
+        step_metrics = StepMetrics()
         for i, mb in enumerate(mbs):
             dist_utils.set_gradient_sync(self.model, i == len(mbs) - 1)
             loss, metrics = self._forward_loss(mb, totals)
             # FSDP averages gradients over ranks; our normaliser is already global.
             (loss * self.ctx.world_size).backward()
-            loss_total += float(loss.detach())
-            step_metrics.add(metrics, share=mb.action_tokens / max(totals["tokens"], 1.0),
-                             has_tokens=mb.action_tokens > 0)
+            step_metrics.add({**metrics, "loss": loss.detach()}, has_tokens=mb.action_tokens > 0,
+                             share=mb.action_tokens / max(totals["scored_tokens"], 1.0))
+        if not mbs and totals["skipped_items"]:
+            self._zero_grads()
         metric_sums = step_metrics.result(self.ctx)
         grad_norm = self._clip()
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
-        return self._after_step(batch, items, mbs, stale, loss_total, metric_sums, grad_norm, t0)
+        return self._after_step(batch, items, mbs, stale, totals, metric_sums, grad_norm, t0)
+
+    def _zero_grads(self) -> None:
+        """Every item was skipped: the unskipped step's gradient is exactly 0, and AdamW
+        would skip a parameter whose grad is None (no moment decay, no weight decay)."""
+        for p in self.model.parameters():
+            if p.requires_grad and p.grad is None:
+                p.grad = torch.zeros_like(p)
 
     def _clip(self) -> float:
         params = [p for p in self.model.parameters() if p.grad is not None]
@@ -222,14 +251,19 @@ class Trainer:
             raise FloatingPointError(f"non-finite gradient norm {value} at step {self.step + 1}")
         return value
 
-    def _after_step(self, batch, items, mbs, stale, loss_total, metric_sums, grad_norm, t0) -> dict[str, float]:
+    def _after_step(self, batch, items, mbs, stale, totals, metric_sums, grad_norm, t0) -> dict[str, float]:
+        """The step's metrics. The loss's own (ratio and clip statistics, ...) cover the
+        tokens that were scored: items skipped as inert (`skipped_items`, with
+        `skipped_tokens` action tokens) count in `loss` and the gradient, not in them."""
         total_tokens = dist_utils.all_reduce_sum(float(sum(mb.real_tokens for mb in mbs)), self.ctx)
         secs = time.perf_counter() - t0
         metrics = {
-            "loss": dist_utils.all_reduce_sum(loss_total, self.ctx),
+            "loss": metric_sums.pop("loss", 0.0),
             "grad_norm": grad_norm,
             "lr": self.scheduler.get_last_lr()[0],
             "items": float(len(items)),
+            "skipped_items": totals["skipped_items"],
+            "skipped_tokens": totals["skipped_tokens"],
             "stale_dropped": float(stale),
             "micro_batches": float(len(mbs)),
             "padding_waste": padding_waste(mbs),
@@ -332,6 +366,14 @@ def _frozen_copy(model: Any) -> Any:
     ref.eval()
     ref.requires_grad_(False)
     return ref
+
+
+def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """`t` on `device` without the host waiting: a plain copy from pageable host memory
+    first waits for everything queued on the GPU (the last micro-batch's backward)."""
+    if device.type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
 
 
 def _zero_weight_copy(mb: MicroBatch) -> MicroBatch:

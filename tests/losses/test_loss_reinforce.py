@@ -35,7 +35,8 @@ def test_token_reduction():
     assert torch.allclose(inputs.logprobs.grad, torch.tensor([[-0.4, -0.4, 0.0], [0.2, 0.2, 0.2]]))
     # logp_mean = (-1 - 2 - 0.2 - 0.4 - 3) / 5 = -1.32; adv_mean = (2 - 1) / 2 = 0.5
     assert out.metrics == {"logp_mean": pytest.approx(-1.32), "adv_mean": pytest.approx(0.5)}
-    assert all(type(v) is float for v in out.metrics.values())
+    # 0-d tensors, detached: the trainer reads them once per step, not per micro-batch
+    assert all(isinstance(v, torch.Tensor) and v.dim() == 0 and not v.requires_grad for v in out.metrics.values())
 
 
 def test_sequence_reduction_differs():

@@ -32,6 +32,27 @@ def test_step_metrics_by_hand():
                                                    "pg/loss": 0.8})
 
 
+def test_tensor_metrics_stay_on_the_device_until_the_result():
+    """The same numbers as 0-d tensors (a user loss may still report floats): `add`
+    reads none of them on the host; `result` reads them all, at once."""
+    from tests.host_syncs import SyncCounter
+
+    parts = [({"ratio_max": 1.5, "ratio_min": 0.8, "clip_frac": 0.4, "pg/loss": 0.3, "user": 2.0}, 0.25, True),
+             ({"ratio_max": 1.2, "ratio_min": 0.9, "clip_frac": 0.0, "pg/loss": 0.5, "user": 4.0}, 0.75, True),
+             ({"ratio_max": 0.0, "ratio_min": 0.0, "clip_frac": 0.0, "pg/loss": 0.0, "user": 0.0}, 0.0, False)]
+    m, counter = StepMetrics(), SyncCounter()
+    with counter:
+        for metrics, share, has_tokens in parts:
+            m.add({k: v if k == "user" else counter.mark(torch.tensor(v)) for k, v in metrics.items()},
+                  share=share, has_tokens=has_tokens)
+    assert counter.count == 0, counter.where
+    with counter:
+        out = m.result(ONE_PROCESS)
+    assert counter.where == ["tolist"]
+    assert out == pytest.approx({"ratio_max": 1.5, "ratio_min": 0.8, "clip_frac": 0.1, "pg/loss": 0.8, "user": 3.5})
+    assert all(type(v) is float for v in out.values())
+
+
 def test_a_max_that_saw_no_token_reads_zero():
     m = StepMetrics()
     m.add({"ratio_max": 0.0}, share=0.0, has_tokens=False)

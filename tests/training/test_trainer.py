@@ -163,7 +163,10 @@ def test_first_rl_step_ratio_is_one_at_any_sampling_temperature(tiny_model_dir, 
     batch = source.next_batch()
     assert {it.meta["sampling_temperature"] for it in batch.items} == {temperature}
     trainer = Trainer(model, grpo, OfflineBatchSource(batch.items, batch_size=len(batch.items), seed=0),
-                      TrainerConfig(lr=1e-4, micro_token_budget=8192, max_seq_len=512, dtype="float32"),
+                      # score every item: groups of equal rewards have advantage 0, which the trainer
+                      # would otherwise skip (unscored, they would have no ratio to check)
+                      TrainerConfig(lr=1e-4, micro_token_budget=8192, max_seq_len=512, dtype="float32",
+                                    skip_inert=False),
                       tokenizer=tok)
     m = trainer.train_step()
     assert abs(m["ratio_max"] - 1.0) < 1e-3 and abs(m["ratio_min"] - 1.0) < 1e-3, m
