@@ -249,6 +249,9 @@ def section_generate(args, s: Sizes, device: torch.device) -> None:
     client = LocalChatClient(model, tok, device=args.device, dtype="bfloat16", max_batch_size=max(s.gen_batches))
     client._decoder.eos_ids = {-1}  # no real id: every row decodes exactly n tokens, as generate does
     model, pad_id = client.model, client._decoder.pad_id
+    eager = LocalChatClient(model, tok, device=args.device, max_batch_size=max(s.gen_batches), compile=False)
+    eager._decoder.eos_ids = {-1}
+    eager._executor = client._executor  # one decode thread for every contestant
     loop = asyncio.new_event_loop()
     print(f"\n== generate: {n} new tokens per row, bf16, pure sampling (T=1), vocab {s.vocab}")
     print(f"{'batch':>5}  {'engine':<17}{'tok/s':>9}{'median s':>10}")
@@ -264,9 +267,9 @@ def section_generate(args, s: Sizes, device: torch.device) -> None:
             ids[i, width - len(p):], mask[i, width - len(p):] = torch.tensor(p), 1
         ids, mask = ids.to(device), mask.to(device)
 
-        def local() -> None:
+        def local(c=client) -> None:
             async def go():
-                return await asyncio.gather(*(client.complete(r) for r in requests))
+                return await asyncio.gather(*(c.complete(r) for r in requests))
             got = sum(len(resp.completion_token_ids) for resp, _ in loop.run_until_complete(go()))
             assert got == batch * n, f"LocalChatClient made {got} tokens, expected {batch * n}"
 
@@ -281,16 +284,18 @@ def section_generate(args, s: Sizes, device: torch.device) -> None:
             got = client._executor.submit(run).result()  # the decode thread: one torch thread pool
             assert got == batch * n, f"generate made {got} tokens, expected {batch * n}"
 
-        times, _, _, oom = interleave({"LocalChatClient": local, "HF generate": generate},
-                                      args.repeats or s.gen_repeats, device)
+        times, _, _, oom = interleave({"LocalChatClient": local, "local, eager step": lambda: local(eager),
+                                       "HF generate": generate}, args.repeats or s.gen_repeats, device)
         tps = {k: batch * n / statistics.median(v) for k, v in times.items() if v}
-        for k in ("LocalChatClient", "HF generate"):
-            note = "  (+ log-probs)" if k == "LocalChatClient" else ""
+        for k in ("LocalChatClient", "local, eager step", "HF generate"):
+            note = "  (+ log-probs)" if k != "HF generate" else ""
             cell = f"{tps[k]:>9.0f}{batch * n / tps[k]:>10.3f}" if k in tps else f"{'OOM':>9}"
             print(f"{batch:>5}  {k:<17}{cell}{note}")
-        if len(tps) == 2:
+        if "LocalChatClient" in tps and "HF generate" in tps:
             print(f"{batch:>5}  ratio (local / generate): {tps['LocalChatClient'] / tps['HF generate']:.2f}x"
-                  f"   prompts {min(map(len, prompts))}..{width} tokens")
+                  f"   (eager step: {tps.get('local, eager step', 0) / tps['HF generate']:.2f}x)"
+                  f"   prompts {min(map(len, prompts))}..{width} tokens;"
+                  f" compile + capture so far {client.stats['compile_seconds']:.1f} s (once per shape bucket)")
     loop.close()
 
 
@@ -401,8 +406,11 @@ def section_grpo(args, s: Sizes, device: torch.device) -> None:
     med = statistics.median(ludic)
     stats = trainer.publisher.client.stats
     peak = f"{gib(torch.cuda.max_memory_allocated(device))} GiB peak" if device.type == "cuda" else ""
-    print(f"ludic decoded {stats['requests']} requests in {stats['batches']} batches (largest {stats['max_batch']})"
-          f"  {peak}")
+    print(f"ludic decoded {stats['requests']} requests in {stats['batches']} batches (largest {stats['max_batch']}),"
+          f" decode compile + capture {stats['compile_seconds']:.1f} s once  {peak}")
+    skipped = [h.get("skipped_items", 0.0) for h in trainer.history[1:]]
+    if skipped:
+        print(f"zero-advantage items skipped per step: {statistics.mean(skipped):.1f} of {s.prompts * s.group}")
     print(f"{'trainer':<18}{'median step s':>14}{'rollout s':>10}{'mean completion':>16}")
     print(f"{'ludic':<18}{med:>14.3f}{statistics.median(rollout_s):>10.3f}{statistics.mean(lengths):>16.1f}")
     # TRL runs alone: both at once do not fit one 80 GB GPU (TRL scores 128 full-vocab rows at once),

@@ -1,27 +1,38 @@
-"""Batched KV-cache decoding over a transformers causal LM.
+"""Batched decoding over a transformers causal LM, with per-row sampling and log-probs.
 
 A hand-written loop instead of `model.generate` because we need (a) per-row
 temperature / top-p / seed / stop strings in one batch, (b) log-probs of the
 distribution actually sampled from (`generate`'s scores are post-processed,
-e.g. by min_new_tokens), and (c) less per-step overhead. Finished rows are
-dropped from the batch (and the KV cache) as they finish.
+e.g. by min_new_tokens), (c) rows that join and leave a running batch, and
+(d) a decode step that costs the hardware's time, not Python's.
 
-Decoding stays on the model's device: logits, sampling and log-probs never
-leave it; each step moves only the B chosen token ids to the host (eos and
-stop strings are checked there), and the log-probs come back once per batch.
+The fast path (`DecodeFrame`) keeps a pre-allocated KV cache per shape bucket
+(slots rounded up to a power of two, columns likewise) and runs each step as one
+function of those buffers: compiled once per bucket, and a CUDA graph on a GPU.
+A finished row's slot takes the next waiting request at once (`run`), so a
+multi-turn rollout never waits for a batch's slowest member. Models whose
+attention cannot take an explicit 4-D mask (flash-attention kernels, custom
+caches) decode on the original dynamic-cache loop (`_DynamicLoop`), with
+finished rows dropped from the batch.
 """
 
 from __future__ import annotations
 
+import inspect
+import logging
 import secrets
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
 from ludic_core.device import attention_backends, model_device
+from ludic_core.inference.decode_frame import DecodeFrame, RowState
 from ludic_core.inference.sampling import SamplingConfig
+from ludic_core.inference.stop_strings import StopScanner
 from ludic_core.inference.token_sampler import sample_tokens, step_uniforms
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Generation", "BatchDecoder"]
 
@@ -35,22 +46,26 @@ class Generation:
     finish_reason: str  # "stop" | "length"
 
 
-@dataclass
-class _Row:
-    prompt: list[int]
-    sampling: SamplingConfig
-    seed: int
-    max_new: int
-    tokens: list[int]
-    stop_window: int
-    done: str | None = None
-    text: str | None = None
+#: A request for `BatchDecoder.run`: (prompt ids, sampling, caller's key).
+Request = tuple[Sequence[int], SamplingConfig, Any]
+
+
+def _pow2(n: int, floor: int) -> int:
+    return max(floor, 1 << max(0, n - 1).bit_length())
 
 
 class BatchDecoder:
-    """Decodes a batch of prompts with one forward pass per step."""
+    """Decodes many prompts at once, one forward pass per step for the whole batch.
 
-    def __init__(self, model: Any, tokenizer: Any) -> None:
+    compile: "auto" compiles the decode step at once on a GPU (CUDA graphs),
+    and on the CPU only for a shape bucket that has already run
+    `cpu_compile_after` steps (compiling costs ~15 s per bucket there and pays
+    off over a long run, not in a short test); True compiles every bucket at
+    once, False never. A failed compile logs a warning and decodes eagerly.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, *, compile: bool | str = "auto", max_frames: int = 2,
+                 cpu_compile_after: int = 2048) -> None:
         self.model = model
         self.tokenizer = tokenizer
         eos = getattr(model.generation_config, "eos_token_id", None)
@@ -59,40 +74,144 @@ class BatchDecoder:
             eos_ids.add(tokenizer.eos_token_id)
         if not eos_ids:
             raise ValueError("model/tokenizer define no eos token; cannot tell when to stop")
+        self._frames: dict[tuple[int, int], DecodeFrame] = {}
         self.eos_ids = eos_ids
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos_ids)
         self.max_len = int(getattr(model.config, "max_position_embeddings", 1 << 30))
+        if compile not in ("auto", True, False):
+            raise ValueError(f"compile must be 'auto', True or False, got {compile!r}")
+        self.compile, self.cpu_compile_after = compile, cpu_compile_after
+        self.max_frames = max_frames
+        self.cache_kwarg = _cache_kwarg(model)
+        attn = getattr(model.config, "_attn_implementation", None) or "eager"
+        self.fast = self.cache_kwarg is not None and attn in ("sdpa", "eager")
+        self.additive_mask = attn == "eager"
+        if not self.fast:
+            log.info("%s (attention %r): decoding on the dynamic-cache loop", type(model).__name__, attn)
+        self.stats = {"steps": 0, "admitted": 0, "frames": 0, "compile_seconds": 0.0}
 
-    def _make_row(self, prompt: Sequence[int], sampling: SamplingConfig) -> _Row:
+    @property
+    def eos_ids(self) -> set[int]:
+        return self._eos_ids
+
+    @eos_ids.setter
+    def eos_ids(self, ids: set[int]) -> None:
+        """Frames hold the eos ids on the device: a new set drops them (benchmarks force full-length rows)."""
+        self._eos_ids = set(ids)
+        self._frames.clear()
+
+    # ---- public ----------------------------------------------------------------
+    def generate(self, prompts: Sequence[Sequence[int]], samplings: Sequence[SamplingConfig],
+                 *, max_batch: int | None = None) -> list[Generation]:
+        """Decode every prompt; results in input order."""
+        if len(prompts) != len(samplings):
+            raise ValueError("one SamplingConfig per prompt is required")
+        out: dict[int, Generation] = {}
+        pending = [list(zip(prompts, samplings, range(len(prompts))))]
+
+        def emit(key: int, gen: Generation) -> None:
+            out[key] = gen
+
+        self.run(lambda: pending.pop() if pending else [], emit, max_batch=max_batch or max(len(prompts), 1),
+                 continuous=False)
+        return [out[i] for i in range(len(prompts))]
+
+    def run(self, poll: Callable[[], list[Request]], emit: Callable[[Any, Generation], None], *,
+            max_batch: int, continuous: bool = True, admitting: Callable[[], bool] = lambda: True) -> None:
+        """Decode requests as they come until none is live or waiting.
+
+        `poll()` hands over newly arrived requests; `emit(key, generation)` is
+        called as each finishes, possibly long before the batch does. With
+        `continuous`, arrivals join free slots of the running batch at the next
+        step; otherwise they wait for the next batch. `admitting()` False stops
+        admissions (e.g. a weight update waits for in-flight rows).
+        """
+        waiting = [self._row(p, s, k) for p, s, k in poll()]
+        with self._grad_mode(), attention_backends(model_device(self.model)):
+            while waiting:
+                batch, waiting = waiting[:max_batch], waiting[max_batch:]
+                if not self.fast:
+                    self._run_dynamic(batch, emit)
+                else:
+                    waiting = self._run_frame(batch, waiting, poll, emit, max_batch, continuous, admitting)
+                if admitting():
+                    waiting += [self._row(p, s, k) for p, s, k in poll()]
+
+    # ---- the fast path ---------------------------------------------------------------
+    def _run_frame(self, batch, waiting, poll, emit, max_batch, continuous, admitting) -> list[RowState]:
+        need = max(len(r.prompt) + r.max_new for r in batch)
+        # headroom for joiners (a multi-turn prompt grows): free for eager steps, which read
+        # only the columns in use; a compiled step reads them all, so on the CPU it stays tight
+        tight = self._compile_mode() == "default" and self.cpu_compile_after == 0
+        columns = _pow2(2 * need if continuous and not tight else need, 64)
+        frame = self._frame(_pow2(len(batch), 1) if not continuous else _pow2(min(max_batch, len(batch)), 1),
+                            columns)
+        frame.admit(batch)
+        self.stats["admitted"] += len(batch)
+        while frame.live():
+            frame.step()
+            self.stats["steps"] += 1
+            for row, toks, lps, reason in frame.collect():
+                emit(row.key, self._generation(row, toks, lps, reason))
+            if not continuous or not admitting():
+                continue
+            waiting += [self._row(p, s, k) for p, s, k in poll()]
+            join: list[RowState] = []
+            free = len(frame.free_slots())
+            while waiting and len(join) < free and frame.fits(waiting[0]):  # FIFO: a big head waits for a new frame
+                join.append(waiting.pop(0))
+            if join:
+                frame.admit(join)
+                self.stats["admitted"] += len(join)
+        self.stats["compile_seconds"] = sum(f.compile_seconds for f in self._frames.values())
+        return waiting
+
+    def _frame(self, slots: int, columns: int) -> DecodeFrame:
+        key = (slots, columns)
+        frame = self._frames.pop(key, None)
+        if frame is None:
+            while len(self._frames) >= self.max_frames:  # oldest first: frees its KV cache
+                self._frames.pop(next(iter(self._frames)))
+            frame = DecodeFrame(self.model, slots=slots, columns=columns, eos_ids=sorted(self.eos_ids),
+                                pad_id=self.pad_id, cache_kwarg=self.cache_kwarg, additive_mask=self.additive_mask,
+                                compile_mode=self._compile_mode(), compile_after=self._compile_after())
+            self.stats["frames"] += 1
+        self._frames[key] = frame  # most recently used last
+        return frame
+
+    def _compile_mode(self) -> str | None:
+        on_gpu = model_device(self.model).type == "cuda"
+        if self.compile is False:
+            return None
+        return "reduce-overhead" if on_gpu else "default"
+
+    def _compile_after(self) -> int:
+        on_gpu = model_device(self.model).type == "cuda"
+        return self.cpu_compile_after if self.compile == "auto" and not on_gpu else 0
+
+    def _grad_mode(self):
+        # no inference_mode: a frame's buffers outlive the call and may later feed a compiled graph
+        return torch.no_grad()
+
+    # ---- rows ---------------------------------------------------------------------------
+    def _row(self, prompt: Sequence[int], sampling: SamplingConfig, key: Any) -> RowState:
         if not prompt:
             raise ValueError("empty prompt: nothing to condition on")
         if len(prompt) >= self.max_len:
-            raise ValueError(
-                f"prompt has {len(prompt)} tokens; the model's context is {self.max_len}"
-            )
+            raise ValueError(f"prompt has {len(prompt)} tokens; the model's context is {self.max_len}")
         seed = sampling.seed % (1 << 63) if sampling.seed is not None else secrets.randbits(63)
-        longest_stop = max((len(s) for s in sampling.stop), default=0)
-        return _Row(
-            prompt=list(prompt),
-            sampling=sampling,
-            seed=seed,
-            max_new=min(sampling.max_tokens, self.max_len - len(prompt)),
-            tokens=[],
-            # Enough trailing tokens to contain any stop string (a token is >= 1 byte).
-            stop_window=4 * longest_stop + 4,
-        )
+        return RowState(key=key, prompt=list(prompt), sampling=sampling, seed=seed,
+                        max_new=min(sampling.max_tokens, self.max_len - len(prompt)),
+                        scanner=StopScanner(self.tokenizer, sampling.stop))
 
-    @torch.inference_mode()
-    def generate(self, prompts: Sequence[Sequence[int]], samplings: Sequence[SamplingConfig]) -> list[Generation]:
-        if len(prompts) != len(samplings):
-            raise ValueError("one SamplingConfig per prompt is required")
-        if not prompts:
-            return []
-        with attention_backends(model_device(self.model)):
-            return self._generate(prompts, samplings)
+    def _generation(self, row: RowState, tokens: list[int], logprobs: list[float], reason: str) -> Generation:
+        text = row.scanner.cut(tokens) if reason == "stop" and row.scanner.stops and tokens[-1] not in self.eos_ids \
+            else self.tokenizer.decode(tokens, skip_special_tokens=True)
+        return Generation(prompt_token_ids=row.prompt, completion_token_ids=tokens, completion_logprobs=logprobs,
+                          text=text, finish_reason=reason)
 
-    def _generate(self, prompts: Sequence[Sequence[int]], samplings: Sequence[SamplingConfig]) -> list[Generation]:
-        rows = [self._make_row(p, s) for p, s in zip(prompts, samplings)]
+    # ---- the fallback: a dynamic cache, finished rows dropped ------------------------------
+    def _run_dynamic(self, rows: list[RowState], emit: Callable[[Any, Generation], None]) -> None:
         device = model_device(self.model)
         width = max(len(r.prompt) for r in rows)
         ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
@@ -109,23 +228,27 @@ class BatchDecoder:
         uniforms = step_uniforms(torch.tensor([r.seed for r in rows], device=device), steps)
         logprobs = torch.zeros((len(rows), steps), dtype=torch.float32, device=device)
         live_at = torch.arange(len(rows), device=device)  # row index of each live batch slot
-
         from transformers import DynamicCache
 
         cache = DynamicCache(config=self.model.config)
-        out = self.model(  # logits for the last position only: [B, 1, V], not [B, T, V]
-            input_ids=ids, attention_mask=mask, position_ids=positions,
-            past_key_values=cache, use_cache=True, logits_to_keep=1,
-        )
-        live = list(range(len(rows)))  # indices into `rows` of rows still decoding
+        kw = {self.cache_kwarg or "past_key_values": cache}
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                         logits_to_keep=1, **kw)
+        live = list(range(len(rows)))
+        reasons: dict[int, str] = {}
         next_pos = positions[:, -1] + 1
         for step in range(steps):
             tokens, lps = sample_tokens(out.logits[:, -1, :], temps, top_ps, uniforms[:, step])
             logprobs[live_at, step] = lps
             keep: list[int] = []
             for j, (i, token) in enumerate(zip(live, tokens.tolist())):  # the one host transfer
-                self._advance(rows[i], token)
-                if rows[i].done is None:
+                row = rows[i]
+                row.tokens.append(token)
+                if token in self.eos_ids or row.scanner.scan(row.tokens) is not None:
+                    reasons[i] = "stop"
+                elif len(row.tokens) >= row.max_new:
+                    reasons[i] = "length"
+                else:
                     keep.append(j)
             if not keep:
                 break
@@ -137,37 +260,22 @@ class BatchDecoder:
                 top_ps = top_ps[sel] if top_ps is not None else None
                 live = [live[j] for j in keep]
             mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=-1)
-            out = self.model(
-                input_ids=tokens.view(-1, 1), attention_mask=mask,
-                position_ids=next_pos.view(-1, 1), past_key_values=cache, use_cache=True,
-            )
+            out = self.model(input_ids=tokens.view(-1, 1), attention_mask=mask, position_ids=next_pos.view(-1, 1),
+                             use_cache=True, **kw)
             next_pos = next_pos + 1
         host_lps = logprobs.cpu()  # once per batch
-        return [self._finish(r, host_lps[i, :len(r.tokens)].tolist()) for i, r in enumerate(rows)]
+        for i, row in enumerate(rows):
+            emit(row.key, self._generation(row, row.tokens, host_lps[i, :len(row.tokens)].tolist(),
+                                           reasons.get(i, "length")))
 
-    def _advance(self, row: _Row, token: int) -> None:
-        row.tokens.append(token)
-        if token in self.eos_ids:
-            row.done = "stop"
-            return
-        if row.sampling.stop:
-            tail = self.tokenizer.decode(row.tokens[-row.stop_window:], skip_special_tokens=True)
-            if any(s in tail for s in row.sampling.stop):
-                full = self.tokenizer.decode(row.tokens, skip_special_tokens=True)
-                cut = min(full.find(s) for s in row.sampling.stop if s in full)
-                row.text, row.done = full[:cut], "stop"
-                return
-        if len(row.tokens) >= row.max_new:
-            row.done = "length"
 
-    def _finish(self, row: _Row, logprobs: list[float]) -> Generation:
-        text = row.text
-        if text is None:
-            text = self.tokenizer.decode(row.tokens, skip_special_tokens=True)
-        return Generation(
-            prompt_token_ids=row.prompt,
-            completion_token_ids=row.tokens,
-            completion_logprobs=logprobs,
-            text=text,
-            finish_reason=row.done or "length",
-        )
+def _cache_kwarg(model: Any) -> str | None:
+    """The forward's KV-cache argument: `cache` (transformers >= 5.2x), else `past_key_values`."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return None
+    for name in ("cache", "past_key_values"):
+        if name in params:
+            return name
+    return None

@@ -1,15 +1,17 @@
 """`LocalChatClient`: an in-process inference engine over transformers.
 
-The zero-setup default: no server, no GPU. Concurrent `complete` calls that
-arrive together (e.g. 64 episodes of a rollout batch waiting on their next
-turn) are decoded as ONE batch with a KV cache, so an async rollout engine gets
-batched throughput without any extra machinery.
+The zero-setup default: no server, no GPU. Concurrent `complete` calls are
+decoded together (`BatchDecoder`), so an async rollout engine gets batched
+throughput without any extra machinery.
 
-How batching works: a caller that finds no drain task running starts one on
-its event loop. The drain task yields to the loop so the other ready callers
-can enqueue, decodes everything pending in a worker thread (the loop stays
-responsive, so episodes whose turn came back step their envs meanwhile), and
-repeats until the queue is empty.
+How batching works: a caller that finds no decode loop running starts one.
+The loop first yields to the event loop so the other ready callers can
+enqueue, then decodes in a worker thread (the event loop stays responsive, so
+episodes whose turn came back step their envs meanwhile). Each request's
+answer is delivered the moment its row finishes, and with
+`continuous_batching` a request that arrives meanwhile (the next turn of a
+game that just got its answer) joins the running batch at the next decode
+step instead of waiting for the batch's slowest row.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ class LocalChatClient:
         dtype: str = "auto",
         max_batch_size: int | None = None,
         policy_version: int = 0,
+        continuous_batching: bool = True,
+        compile: bool | str = "auto",
     ) -> None:
         """`model`: an HF model directory, or a model object with its `tokenizer`.
 
@@ -55,7 +59,10 @@ class LocalChatClient:
         on a GPU stays there under `auto`; its dtype changes only when `dtype`
         names one. `max_batch_size` None: 256 on a GPU (a 16 x 8 GRPO step in
         one batch; decoding there is launch-bound, so rows are nearly free), 64
-        on the CPU.
+        on the CPU. `continuous_batching` False makes arrivals wait for the
+        running batch to finish (the behaviour of a plain batched `generate`).
+        `compile`: see `BatchDecoder` ("auto": CUDA graphs on a GPU, eager on
+        the CPU).
         """
         if isinstance(model, (str, Path)):
             from ludic_core.models.loading import load_model_and_tokenizer
@@ -76,14 +83,17 @@ class LocalChatClient:
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         self.policy_version = policy_version
-        self._decoder = BatchDecoder(self.model, tokenizer)
-        self._lock = threading.Lock()  # one batch or one weight swap at a time
+        self.continuous_batching = continuous_batching
+        self._decoder = BatchDecoder(self.model, tokenizer, compile=compile)
+        self._lock = threading.Lock()  # one decode loop or one weight swap at a time
+        self._syncing = threading.Event()  # a weight swap waits: admit no new rows
         self._pending: list[tuple[ChatCompletionRequest, list[int], asyncio.Future]] = []
+        self._pending_lock = threading.Lock()  # the loop appends, the decode thread takes
         self._drain_task: asyncio.Task | None = None
         # One dedicated decode thread: torch keeps one OpenMP pool per calling
         # thread, and alternating threads on 2 cores measured ~40% slower.
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="ludic-decode")
-        self.stats = {"batches": 0, "requests": 0, "max_batch": 0}
+        self.stats = {"batches": 0, "requests": 0, "max_batch": 0, "decode_steps": 0, "compile_seconds": 0.0}
 
     # ---- prompts -------------------------------------------------------
     def encode_prompt(self, request: ChatCompletionRequest) -> list[int]:
@@ -104,7 +114,8 @@ class LocalChatClient:
                 f"prompt has {len(prompt)} tokens; the model's context is {self._decoder.max_len}"
             )
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._pending.append((request, prompt, fut))
+        with self._pending_lock:
+            self._pending.append((request, prompt, fut))
         if self._drain_task is None or self._drain_task.done():
             self._drain_task = asyncio.create_task(self._drain())
         return await fut
@@ -127,10 +138,14 @@ class LocalChatClient:
                 f"refusing weight sync to version {version}: unknown parameters {unknown[:5]}, "
                 f"shape mismatches {bad_shape[:5]}; served weights unchanged"
             )
-        with self._lock, torch.no_grad():
-            for k, v in params.items():
-                state[k].copy_(v)  # casts dtype and moves device in one go
-            self.policy_version = int(version)
+        self._syncing.set()  # in-flight rows finish on the old weights; new ones wait
+        try:
+            with self._lock, torch.no_grad():
+                for k, v in params.items():
+                    state[k].copy_(v)  # casts dtype and moves device in one go (buffers keep their addresses)
+                self.policy_version = int(version)
+        finally:
+            self._syncing.clear()
         log.info("LocalChatClient now serves policy version %d (%d tensors)", version, len(params))
         return self.policy_version
 
@@ -138,21 +153,19 @@ class LocalChatClient:
     async def _drain(self) -> None:
         # Waiters from a loop that is gone (e.g. an earlier asyncio.run) are dropped.
         loop = asyncio.get_running_loop()
-        self._pending = [p for p in self._pending if p[2].get_loop() is loop and not p[2].done()]
+        with self._pending_lock:
+            self._pending = [p for p in self._pending if p[2].get_loop() is loop and not p[2].done()]
         while self._pending:
             await self._gather_arrivals()
-            batch = self._pending[: self.max_batch_size]
-            del self._pending[: len(batch)]
+            in_flight: dict[int, tuple] = {}
             try:
-                results, version, secs = await loop.run_in_executor(self._executor, self._run_batch, batch)
-            except Exception as exc:  # every waiter gets the error, none hangs
-                for _, _, fut in batch:
+                await loop.run_in_executor(self._executor, self._decode, loop, in_flight)
+            except Exception as exc:  # every waiter of this loop gets the error, none hangs
+                with self._pending_lock:
+                    failed, self._pending = list(in_flight.values()) + self._pending, []
+                for _, _, fut in failed:
                     if not fut.done():
                         fut.set_exception(exc)
-                continue
-            for (req, _, fut), gen in zip(batch, results):
-                if not fut.done():
-                    fut.set_result(self._to_response(req, gen, version, len(batch), secs))
 
     async def _gather_arrivals(self, max_yields: int = 8) -> None:
         """Yield to the loop until no new request shows up for two rounds."""
@@ -166,16 +179,34 @@ class LocalChatClient:
             else:
                 quiet, seen = 0, len(self._pending)
 
-    def _run_batch(self, batch: list) -> tuple[list[Generation], int, float]:
-        with self._lock:
-            start = time.perf_counter()
-            version = self.policy_version
-            gens = self._decoder.generate([p for _, p, _ in batch], [r.sampling for r, _, _ in batch])
+    def _decode(self, loop: asyncio.AbstractEventLoop, in_flight: dict[int, tuple]) -> None:
+        """The decode thread: run the decoder until nothing is live or waiting."""
+        def poll() -> list:
+            with self._pending_lock:
+                taken, self._pending = self._pending, []
+            for item in taken:
+                in_flight[id(item[2])] = item
+            self.stats["requests"] += len(taken)
+            return [(prompt, req.sampling, id(fut)) for req, prompt, fut in taken]
+
+        def emit(key: int, gen: Generation) -> None:
+            req, _, fut = in_flight.pop(key)
             secs = time.perf_counter() - start
-        self.stats["batches"] += 1
-        self.stats["requests"] += len(batch)
-        self.stats["max_batch"] = max(self.stats["max_batch"], len(batch))
-        return gens, version, secs
+            response = self._to_response(req, gen, version, sizes[0], secs)
+            loop.call_soon_threadsafe(_resolve, fut, response)
+
+        with self._lock:
+            start, version, sizes = time.perf_counter(), self.policy_version, [0]
+            steps = self._decoder.stats["steps"]
+            first = poll()
+            sizes[0] = len(first)
+            queue = [first]
+            self._decoder.run(lambda: queue.pop() if queue else poll(), emit, max_batch=self.max_batch_size,
+                              continuous=self.continuous_batching, admitting=lambda: not self._syncing.is_set())
+            self.stats["batches"] += 1
+            self.stats["max_batch"] = max(self.stats["max_batch"], sizes[0])
+            self.stats["decode_steps"] += self._decoder.stats["steps"] - steps
+            self.stats["compile_seconds"] = self._decoder.stats["compile_seconds"]
 
     @staticmethod
     def _to_response(
@@ -191,3 +222,8 @@ class LocalChatClient:
             policy_version=version,
         )
         return resp, {"backend": "local", "batch_size": batch_size, "batch_seconds": secs}
+
+
+def _resolve(fut: asyncio.Future, response: Any) -> None:
+    if not fut.done():
+        fut.set_result(response)

@@ -77,6 +77,13 @@ def step_uniforms(seeds: torch.Tensor, steps: int) -> torch.Tensor:
     return (a * 67108864 + b).double() * (1.0 / 9007199254740992.0)
 
 
+@torch.compiler.disable  # inductor (torch 2.11) fails to generate a float64 scan over a 151,936-wide row
+def _inverse_cdf(logp: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    cdf = logp.exp().cumsum(dim=-1, dtype=torch.float64)  # fp32 probabilities, summed in fp64
+    target = (uniforms * cdf[:, -1]).unsqueeze(-1)
+    return torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp_max(logp.shape[-1] - 1)
+
+
 def sample_tokens(
     logits: torch.Tensor,
     temperature: torch.Tensor,
@@ -90,9 +97,7 @@ def sample_tokens(
     token k with probability p_k (zero-probability tokens are never drawn).
     """
     logp = sampling_logprobs(logits, temperature, top_p)
-    cdf = logp.exp().cumsum(dim=-1, dtype=torch.float64)  # fp32 probabilities, summed in fp64
-    target = (uniforms * cdf[:, -1]).unsqueeze(-1)
-    sampled = torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp_max(logp.shape[-1] - 1)
+    sampled = _inverse_cdf(logp, uniforms)
     greedy = torch.argmax(logits, dim=-1)
     tokens = torch.where(temperature > 0, sampled, greedy)
     chosen = logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)

@@ -1,0 +1,223 @@
+"""`DecodeFrame`: fixed-shape decode state (slots x columns) for one shape bucket.
+
+Everything a decode step reads or writes lives in buffers allocated once per
+bucket: the KV cache (`SlotCache`), each slot's next token, length, completion
+count, limit, sampling parameters and counter-based uniforms, and the sampled
+tokens and log-probs. A step is then one function of those buffers with no
+host round trip, so it can be compiled once per bucket and, on a GPU, replayed
+as a CUDA graph (`torch.compile(mode="reduce-overhead")`): decoding a small
+model is bound by kernel launches, not arithmetic. Slots that are free or
+finished still run (static shapes) but do not advance.
+
+Prompts enter through `admit`, an ordinary eager forward over just the joining
+rows whose keys/values are copied into their slots: a slot freed by a finished
+row takes a waiting request at the next step (continuous batching).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+
+from ludic_core.inference.sampling import SamplingConfig
+from ludic_core.inference.slot_cache import SlotCache
+from ludic_core.inference.stop_strings import StopScanner
+from ludic_core.inference.token_sampler import sample_tokens, step_uniforms
+
+__all__ = ["DecodeFrame", "RowState"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RowState:
+    """One request in a slot: what the host needs to finish it."""
+
+    key: Any
+    prompt: list[int]
+    sampling: SamplingConfig
+    seed: int
+    max_new: int
+    scanner: StopScanner
+    tokens: list[int] = field(default_factory=list)  # host copy, kept only for rows with stop strings
+    stopped_at: int | None = None  # index of the token that completed a stop string
+
+
+class DecodeFrame:
+    """Decode buffers for `slots` rows of up to `columns` tokens (prompt + completion) each."""
+
+    def __init__(self, model: Any, *, slots: int, columns: int, eos_ids: Sequence[int], pad_id: int,
+                 cache_kwarg: str, additive_mask: bool, compile_mode: str | None, compile_after: int = 0) -> None:
+        self.model, self.slots, self.columns = model, slots, columns
+        self.pad_id, self.cache_kwarg = pad_id, cache_kwarg
+        device = next(model.parameters()).device
+        self.device = device
+        z = dict(device=device)
+        self.lengths = torch.zeros(slots, dtype=torch.long, **z)  # cache length = position of the fed token
+        self.tokens = torch.full((slots, 1), pad_id, dtype=torch.long, **z)  # the token fed next
+        self.produced = torch.zeros(slots, dtype=torch.long, **z)
+        self.limits = torch.ones(slots, dtype=torch.long, **z)
+        self.done = torch.ones(slots, dtype=torch.bool, **z)  # free and finished slots do not advance
+        self.temps = torch.ones(slots, dtype=torch.float32, **z)
+        self.top_ps = torch.ones(slots, dtype=torch.float32, **z)
+        self.uniforms = torch.zeros((slots, columns), dtype=torch.float64, **z)
+        self.out_tokens = torch.zeros((slots, columns), dtype=torch.long, **z)
+        self.out_logprobs = torch.zeros((slots, columns), dtype=torch.float32, **z)
+        self.eos = torch.tensor(sorted(eos_ids), dtype=torch.long, **z)
+        self.eos_ids = set(eos_ids)
+        self.col_index = torch.arange(columns, **z)
+        self.mask_fill = torch.finfo(next(model.parameters()).dtype).min if additive_mask else None
+        self.cache = SlotCache(model.config.get_text_config().num_hidden_layers, slots, columns, self.lengths)
+        for t in (self.lengths, self.tokens, self.produced, self.limits, self.done, self.temps, self.top_ps,
+                  self.uniforms, self.out_tokens, self.out_logprobs):
+            torch._dynamo.mark_static_address(t)
+        self.rows: list[RowState | None] = [None] * slots
+        self.compile_mode, self.compile_after, self.steps_run = compile_mode, compile_after, 0
+        self._steps: dict[bool, Callable[[], None]] = {}
+        self.compile_seconds = 0.0
+        self.horizon = 1  # host bound: no live row has more than horizon - 1 tokens in its cache
+
+    # ---- the device step ------------------------------------------------------
+    def _step_impl(self, use_top_p: bool, upto: int | None = None) -> None:
+        cols = self.col_index if upto is None else self.col_index[:upto]
+        visible = (cols[None, :] <= self.lengths[:, None])[:, None, None, :]
+        if self.mask_fill is not None:  # eager attention adds its mask
+            zero = torch.zeros((), dtype=self.out_logprobs.dtype, device=self.device)
+            visible = torch.where(visible, zero, torch.full_like(zero, self.mask_fill))
+        out = self.model(input_ids=self.tokens, attention_mask=visible, position_ids=self.lengths[:, None],
+                         use_cache=True, **{self.cache_kwarg: self.cache})
+        k = self.produced.clamp_max(self.columns - 1)[:, None]
+        tok, lp = sample_tokens(out.logits[:, -1, :], self.temps, self.top_ps if use_top_p else None,
+                                self.uniforms.gather(1, k).squeeze(1))
+        self.out_tokens.scatter_(1, k, tok[:, None])
+        self.out_logprobs.scatter_(1, k, lp[:, None])
+        self.tokens.copy_(tok[:, None])
+        live = (~self.done).long()
+        self.lengths.add_(live)
+        self.produced.add_(live)
+        self.done.copy_(self.done | torch.isin(tok, self.eos) | (self.produced >= self.limits))
+
+    def step(self) -> None:
+        """One decode step for every slot: eager until `compile_after` steps, then compiled."""
+        use_top_p = any(r is not None and r.sampling.top_p < 1.0 for r in self.rows)
+        if self.compile_mode is not None and self.steps_run >= self.compile_after:
+            self.cache.set_view(None)
+            fn = self._steps.get(use_top_p)
+            if fn is None:
+                fn = self._steps[use_top_p] = self._compiled(use_top_p)
+            if self.compile_mode == "reduce-overhead":
+                torch.compiler.cudagraph_mark_step_begin()
+            fn()
+        else:  # eager: attend over the columns in use only
+            upto = min(self.horizon, self.columns)
+            self.cache.set_view(upto)
+            self._step_impl(use_top_p, upto)
+        self.horizon += 1
+        self.steps_run += 1
+
+    def _compiled(self, use_top_p: bool) -> Callable[[], None]:
+        compiled = torch.compile(self._step_impl, mode=self.compile_mode, dynamic=False)
+        first = [True]
+
+        def run() -> None:
+            if not first[0]:
+                compiled(use_top_p)
+                return
+            start = time.perf_counter()  # the one-off cost of this bucket: trace, compile, capture
+            try:
+                compiled(use_top_p)
+            except Exception as exc:  # no compiler, an unsupported op...: decode eagerly
+                log.warning("decode step not compiled (%s: %s); decoding eagerly", type(exc).__name__, exc)
+                self.compile_mode = None
+                self._step_impl(use_top_p, None)
+            self.compile_seconds += time.perf_counter() - start
+            first[0] = False
+        return run
+
+    # ---- admission: prefill joining rows into free slots ---------------------------
+    def free_slots(self) -> list[int]:
+        return [i for i, r in enumerate(self.rows) if r is None]
+
+    def fits(self, row: RowState) -> bool:
+        return len(row.prompt) + row.max_new <= self.columns
+
+    def admit(self, rows: Sequence[RowState]) -> None:
+        """Prefill `rows` (one eager forward) into free slots and sample their first tokens."""
+        slots = self.free_slots()[:len(rows)]
+        if len(slots) < len(rows):
+            raise RuntimeError(f"{len(rows)} rows to admit, {len(slots)} free slots")
+        from transformers import DynamicCache
+
+        width = max(len(r.prompt) for r in rows)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, width - len(r.prompt):] = torch.tensor(r.prompt)
+            mask[i, width - len(r.prompt):] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp_min(0)
+        prefill = DynamicCache(config=self.model.config)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                         logits_to_keep=1, **{self.cache_kwarg: prefill})
+        self.cache.write_prompt(prefill, list(range(len(rows))),
+                                [slice(width - len(r.prompt), width) for r in rows], slots)
+        z = dict(device=self.device)
+        at = torch.tensor(slots, dtype=torch.long, **z)
+        temps = torch.tensor([r.sampling.temperature for r in rows], dtype=torch.float32, **z)
+        top_ps = torch.tensor([r.sampling.top_p for r in rows], dtype=torch.float32, **z)
+        uniforms = step_uniforms(torch.tensor([r.seed for r in rows], **z), self.columns)
+        any_top_p = any(r.sampling.top_p < 1.0 for r in rows)
+        tok, lp = sample_tokens(out.logits[:, -1, :], temps, top_ps if any_top_p else None, uniforms[:, 0])
+        limits = torch.tensor([r.max_new for r in rows], dtype=torch.long, **z)
+        self.lengths[at] = torch.tensor([len(r.prompt) for r in rows], dtype=torch.long, **z)
+        self.tokens[at] = tok[:, None]
+        self.produced[at] = 1
+        self.limits[at] = limits
+        self.temps[at], self.top_ps[at], self.uniforms[at] = temps, top_ps, uniforms
+        self.out_tokens[at, 0], self.out_logprobs[at, 0] = tok, lp
+        self.done[at] = torch.isin(tok, self.eos) | (limits <= 1)
+        for s, r in zip(slots, rows):
+            self.rows[s] = r
+        self.horizon = max(self.horizon, max(len(r.prompt) for r in rows) + 1)
+
+    # ---- the host's view -------------------------------------------------------------
+    def live(self) -> int:
+        return sum(r is not None for r in self.rows)
+
+    def collect(self) -> list[tuple[RowState, list[int], list[float], str]]:
+        """Rows that finished (eos, length or a stop string) since the last call; frees their slots.
+
+        One host transfer of the per-slot state, plus the tokens of rows that
+        finished or carry stop strings.
+        """
+        done, produced, lengths = torch.stack([self.done.long(), self.produced, self.lengths]).tolist()
+        live = [lengths[s] for s, r in enumerate(self.rows) if r is not None and not done[s]]
+        self.horizon = max(live, default=0) + 1
+        watch = [s for s, r in enumerate(self.rows) if r is not None and (done[s] or r.scanner.stops)]
+        if not watch:
+            return []
+        width = max(produced[s] for s in watch)
+        idx = torch.tensor(watch, device=self.device)
+        tokens = self.out_tokens[idx, :width].tolist()
+        finished, host_lps, freed = [], None, []
+        for j, s in enumerate(watch):
+            row = self.rows[s]
+            toks = tokens[j][:produced[s]]
+            hit = row.scanner.scan(toks)
+            if hit is not None:
+                toks = toks[:hit + 1]
+            elif not done[s]:
+                continue
+            if host_lps is None:
+                host_lps = self.out_logprobs[idx, :width].tolist()
+            reason = "stop" if hit is not None or toks[-1] in self.eos_ids else "length"
+            finished.append((row, toks, host_lps[j][:len(toks)], reason))
+            self.rows[s] = None
+            freed.append(s)
+        if freed:  # rows cut by a stop string stop advancing too
+            self.done[torch.tensor(freed, device=self.device)] = True
+        return finished

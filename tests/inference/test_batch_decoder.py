@@ -1,0 +1,138 @@
+"""BatchDecoder's slot frame: rows that join a running batch, stop strings, the fallback loop."""
+
+import pytest
+import torch
+
+from ludic_core.inference.batch_decoder import BatchDecoder
+from ludic_core.inference.sampling import SamplingConfig
+from ludic_core.inference.stop_strings import StopScanner
+
+
+@pytest.fixture(scope="module")
+def model_tok(tiny_model_and_tokenizer, device):
+    model, tok = tiny_model_and_tokenizer
+    return model.to(device).float().eval(), tok
+
+
+def _prompts(tok, n: int) -> list[list[int]]:
+    return [tok.encode(f"prompt {i}: " + "xo" * (i % 5), add_special_tokens=False) for i in range(n)]
+
+
+def _teacher_forced(model, prompt, completion) -> list[float]:
+    ids = torch.tensor([prompt + completion], device=next(model.parameters()).device)
+    with torch.no_grad():
+        logp = torch.log_softmax(model(ids).logits[0].float(), -1)
+    return [float(logp[len(prompt) - 1 + i, t]) for i, t in enumerate(completion)]
+
+
+def test_rows_joining_a_running_batch_are_exact(model_tok):
+    """4 slots, 10 requests of different lengths, 6 of them arriving while the first 4 decode:
+    every row's log-probs equal a teacher-forced forward of its own prompt + completion, so its
+    keys, values and positions were placed right wherever and whenever it joined."""
+    model, tok = model_tok
+    dec = BatchDecoder(model, tok)
+    dec.eos_ids = {-1}  # rows end by length: 3..12 tokens
+    prompts = _prompts(tok, 10)
+    requests = [(p, SamplingConfig(temperature=1.0, max_tokens=3 + i, seed=i), i) for i, p in enumerate(prompts)]
+    arrivals = [requests[:4], [], requests[4:7], [], [], requests[7:]]
+    out, finished_at = {}, {}
+
+    def poll():
+        return arrivals.pop(0) if arrivals else []
+
+    def emit(key, gen):
+        out[key] = gen
+        finished_at[key] = dec.stats["steps"]
+
+    dec.run(poll, emit, max_batch=4, continuous=True)
+    assert sorted(out) == list(range(10))
+    assert dec.stats["frames"] == 1 and dec.stats["admitted"] == 10  # all in one frame: they joined
+    for i, gen in out.items():
+        assert len(gen.completion_token_ids) == 3 + i and gen.finish_reason == "length"
+        ref = _teacher_forced(model, prompts[i], gen.completion_token_ids)
+        assert max(abs(a - b) for a, b in zip(ref, gen.completion_logprobs)) < 1e-4
+    assert finished_at[0] < finished_at[3]  # a short row is answered before the batch's slowest
+
+
+def test_joined_row_samples_what_it_samples_alone(model_tok):
+    """Counter-based seeds: a row's tokens depend on its own seed, not on when or beside whom it ran."""
+    model, tok = model_tok
+    prompts = _prompts(tok, 6)
+    samplings = [SamplingConfig(temperature=0.8, max_tokens=6 + i, seed=100 + i) for i in range(6)]
+    alone = [BatchDecoder(model, tok).generate([p], [s])[0] for p, s in zip(prompts, samplings)]
+    dec = BatchDecoder(model, tok)
+    arrivals = [[(prompts[0], samplings[0], 0), (prompts[1], samplings[1], 1)],
+                [(p, s, i) for i, (p, s) in enumerate(zip(prompts, samplings)) if i >= 2]]
+    out = {}
+    dec.run(lambda: arrivals.pop(0) if arrivals else [], lambda k, g: out.__setitem__(k, g), max_batch=2)
+    for i, gen in enumerate(alone):
+        assert out[i].completion_token_ids == gen.completion_token_ids
+
+
+def test_without_continuous_batching_arrivals_wait_for_the_next_frame(model_tok):
+    model, tok = model_tok
+    dec = BatchDecoder(model, tok)
+    dec.eos_ids = {-1}
+    prompts = _prompts(tok, 4)
+    arrivals = [[(prompts[0], SamplingConfig(max_tokens=8, seed=0), 0)],
+                [(p, SamplingConfig(max_tokens=4, seed=i), i) for i, p in enumerate(prompts) if i]]
+    out = {}
+    dec.run(lambda: arrivals.pop(0) if arrivals else [], lambda k, g: out.__setitem__(k, g), max_batch=4,
+            continuous=False)
+    assert sorted(out) == [0, 1, 2, 3]
+    assert dec.stats["steps"] == 7 + 3  # two frames, one after the other
+
+
+def test_dynamic_fallback_matches_the_slot_frame(model_tok):
+    """Models the frame cannot serve decode on the old dynamic-cache loop: same tokens, same log-probs."""
+    model, tok = model_tok
+    prompts = _prompts(tok, 5)
+    samplings = [SamplingConfig(temperature=0.7, max_tokens=10, seed=i) for i in range(5)]
+    fast = BatchDecoder(model, tok).generate(prompts, samplings)
+    slow_dec = BatchDecoder(model, tok)
+    slow_dec.fast = False
+    slow = slow_dec.generate(prompts, samplings)
+    for a, b in zip(fast, slow):
+        assert a.completion_token_ids == b.completion_token_ids
+        assert max(abs(x - y) for x, y in zip(a.completion_logprobs, b.completion_logprobs)) < 1e-4
+        assert a.finish_reason == b.finish_reason and a.text == b.text
+
+
+def test_stop_scanner_finds_the_first_completing_token_incrementally(model_tok):
+    _, tok = model_tok
+    ids = tok.encode("abc STOP def STOP", add_special_tokens=False)
+    first = len(tok.encode("abc STOP", add_special_tokens=False)) - 1
+    whole = StopScanner(tok, ["STOP"]).scan(ids)
+    chunked = StopScanner(tok, ["STOP"])
+    hits = [chunked.scan(ids[:n]) for n in range(1, len(ids) + 1, 3)]  # a row ends at its first hit
+    assert whole == first
+    assert [h for h in hits if h is not None][0] == first
+    assert StopScanner(tok, ["STOP"]).cut(ids[:first + 1]) == "abc "
+    assert StopScanner(tok, ["zzz"]).scan(ids) is None
+    assert StopScanner(tok, []).scan(ids) is None
+
+
+@pytest.mark.heavy
+def test_compiled_decode_step_is_exact(model_tok):
+    """The compiled step (CUDA graphs on a GPU; inductor on the CPU, ~15 s to compile) samples
+    what teacher forcing scores, and a second call reuses the compiled bucket."""
+    model, tok = model_tok
+    dec = BatchDecoder(model, tok, compile=True)
+    prompts = _prompts(tok, 6)
+    samplings = [SamplingConfig(temperature=0.7, max_tokens=12, seed=i) for i in range(6)]
+    gens = dec.generate(prompts, samplings)
+    spent = dec.stats["compile_seconds"]
+    assert spent > 0
+    again = dec.generate(prompts, samplings)
+    assert dec.stats["compile_seconds"] == spent  # same bucket: no second compile
+    for p, g, h in zip(prompts, gens, again):
+        assert g.completion_token_ids == h.completion_token_ids
+        ref = _teacher_forced_at(model, p, g.completion_token_ids, 0.7)
+        assert max(abs(a - b) for a, b in zip(ref, g.completion_logprobs)) < 1e-4
+
+
+def _teacher_forced_at(model, prompt, completion, temperature) -> list[float]:
+    ids = torch.tensor([prompt + completion], device=next(model.parameters()).device)
+    with torch.no_grad():
+        logp = torch.log_softmax(model(ids).logits[0].float() / temperature, -1)
+    return [float(logp[len(prompt) - 1 + i, t]) for i, t in enumerate(completion)]
