@@ -62,9 +62,12 @@ class BatchDecoder:
     `cpu_compile_after` steps (compiling costs ~15 s per bucket there and pays
     off over a long run, not in a short test); True compiles every bucket at
     once, False never. A failed compile logs a warning and decodes eagerly.
+    `max_frames` bucket frames (KV caches) are kept for reuse: a multi-turn
+    rollout's batch sizes change every turn, and allocating a frame costs more
+    than several decode steps of a small model.
     """
 
-    def __init__(self, model: Any, tokenizer: Any, *, compile: bool | str = "auto", max_frames: int = 2,
+    def __init__(self, model: Any, tokenizer: Any, *, compile: bool | str = "auto", max_frames: int = 8,
                  cpu_compile_after: int = 2048) -> None:
         self.model = model
         self.tokenizer = tokenizer

@@ -146,32 +146,37 @@ class DecodeFrame:
         return len(row.prompt) + row.max_new <= self.columns
 
     def admit(self, rows: Sequence[RowState]) -> None:
-        """Prefill `rows` (one eager forward) into free slots and sample their first tokens."""
+        """Prefill `rows` (one eager forward over their distinct prompts) into free slots and
+        sample their first tokens."""
         slots = self.free_slots()[:len(rows)]
         if len(slots) < len(rows):
             raise RuntimeError(f"{len(rows)} rows to admit, {len(slots)} free slots")
         from transformers import DynamicCache
 
-        width = max(len(r.prompt) for r in rows)
-        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, r in enumerate(rows):
-            ids[i, width - len(r.prompt):] = torch.tensor(r.prompt)
-            mask[i, width - len(r.prompt):] = 1
+        # Identical prompts (a GRPO group's completions) are prefilled once and copied to each slot.
+        unique: dict[tuple[int, ...], int] = {}
+        source = [unique.setdefault(tuple(r.prompt), len(unique)) for r in rows]
+        prompts = list(unique)
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p):] = torch.tensor(p)
+            mask[i, width - len(p):] = 1
         ids, mask = ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp_min(0)
         prefill = DynamicCache(config=self.model.config)
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
                          logits_to_keep=1, **{self.cache_kwarg: prefill})
-        self.cache.write_prompt(prefill, list(range(len(rows))),
-                                [slice(width - len(r.prompt), width) for r in rows], slots)
+        self.cache.write_prompt(prefill, source, [slice(width - len(r.prompt), width) for r in rows], slots)
+        logits = out.logits[:, -1, :][torch.tensor(source, device=self.device)]
         z = dict(device=self.device)
         at = torch.tensor(slots, dtype=torch.long, **z)
         temps = torch.tensor([r.sampling.temperature for r in rows], dtype=torch.float32, **z)
         top_ps = torch.tensor([r.sampling.top_p for r in rows], dtype=torch.float32, **z)
         uniforms = step_uniforms(torch.tensor([r.seed for r in rows], **z), self.columns)
         any_top_p = any(r.sampling.top_p < 1.0 for r in rows)
-        tok, lp = sample_tokens(out.logits[:, -1, :], temps, top_ps if any_top_p else None, uniforms[:, 0])
+        tok, lp = sample_tokens(logits, temps, top_ps if any_top_p else None, uniforms[:, 0])
         limits = torch.tensor([r.max_new for r in rows], dtype=torch.long, **z)
         self.lengths[at] = torch.tensor([len(r.prompt) for r in rows], dtype=torch.long, **z)
         self.tokens[at] = tok[:, None]

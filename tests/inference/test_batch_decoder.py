@@ -69,6 +69,27 @@ def test_joined_row_samples_what_it_samples_alone(model_tok):
         assert out[i].completion_token_ids == gen.completion_token_ids
 
 
+def test_identical_prompts_are_prefilled_once_and_sampled_apart(model_tok):
+    """A GRPO group shares its prompt: one prefill row for it, yet each completion is its own
+    exact sample (teacher-forced log-probs) from its own seed."""
+    model, tok = model_tok
+    shared, other = _prompts(tok, 2)
+    prompts = [shared, shared, shared, other]
+    seen = []
+    hook = model.register_forward_pre_hook(lambda _m, args, kw: seen.append(tuple(kw["input_ids"].shape)),
+                                           with_kwargs=True)
+    try:
+        gens = BatchDecoder(model, tok).generate(
+            prompts, [SamplingConfig(temperature=1.0, max_tokens=8, seed=i) for i in range(4)])
+    finally:
+        hook.remove()
+    assert seen[0][0] == 2  # the prefill: two distinct prompts
+    assert len({tuple(g.completion_token_ids) for g in gens[:3]}) > 1
+    for p, g in zip(prompts, gens):
+        ref = _teacher_forced(model, p, g.completion_token_ids)
+        assert max(abs(a - b) for a, b in zip(ref, g.completion_logprobs)) < 1e-4
+
+
 def test_without_continuous_batching_arrivals_wait_for_the_next_frame(model_tok):
     model, tok = model_tok
     dec = BatchDecoder(model, tok)
