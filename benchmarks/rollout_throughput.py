@@ -24,7 +24,6 @@ import json
 import statistics
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -115,13 +114,12 @@ def main() -> None:
         ids[i, width - len(p):] = torch.tensor(p)
         mask[i, width - len(p):] = 1
 
-    # All torch work runs on ONE worker thread: A's decode goes through the
-    # loop's default executor (asyncio.to_thread), B is submitted to that same
-    # executor. Alternating torch work between two threads gives each its own
-    # OpenMP team, and on few cores the idle team's spin-wait slows both ~40%.
-    worker = ThreadPoolExecutor(1)
+    # All torch work runs on ONE thread: A decodes on the client's decode thread
+    # and B is submitted to that same thread. Alternating torch work between two
+    # threads gives each its own OpenMP team, and on few cores the idle team's
+    # spin-wait slows both ~40%.
+    worker = client._executor
     loop = asyncio.new_event_loop()
-    loop.set_default_executor(worker)
     contestants = {
         "LocalChatClient": lambda: run_local(loop, client, requests),
         "HF generate": lambda: worker.submit(run_generate, model, ids, mask, n, pad_id).result(),
@@ -138,7 +136,6 @@ def main() -> None:
             fn()
             times[name].append(time.perf_counter() - t0)
     loop.close()
-    worker.shutdown()
 
     med = {k: statistics.median(v) for k, v in times.items()}
     tps = {k: batch * n / s for k, s in med.items()}
