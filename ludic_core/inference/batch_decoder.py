@@ -57,18 +57,17 @@ def _pow2(n: int, floor: int) -> int:
 class BatchDecoder:
     """Decodes many prompts at once, one forward pass per step for the whole batch.
 
-    compile: "auto" compiles the decode step at once on a GPU (CUDA graphs),
-    and on the CPU only for a shape bucket that has already run
-    `cpu_compile_after` steps (compiling costs ~15 s per bucket there and pays
-    off over a long run, not in a short test); True compiles every bucket at
-    once, False never. A failed compile logs a warning and decodes eagerly.
+    compile: "auto" compiles the decode step on a GPU (CUDA graphs: decoding
+    there is bound by kernel launches) and not on the CPU, where inductor took
+    ~15 s per shape bucket for ~1.1-1.3x faster steps of a tiny model (it pays
+    off after some 10k steps, not in a demo or a test); True compiles on either,
+    False never. A failed compile logs a warning and decodes eagerly.
     `max_frames` bucket frames (KV caches) are kept for reuse: a multi-turn
     rollout's batch sizes change every turn, and allocating a frame costs more
     than several decode steps of a small model.
     """
 
-    def __init__(self, model: Any, tokenizer: Any, *, compile: bool | str = "auto", max_frames: int = 8,
-                 cpu_compile_after: int = 2048) -> None:
+    def __init__(self, model: Any, tokenizer: Any, *, compile: bool | str = "auto", max_frames: int = 8) -> None:
         self.model = model
         self.tokenizer = tokenizer
         eos = getattr(model.generation_config, "eos_token_id", None)
@@ -83,7 +82,7 @@ class BatchDecoder:
         self.max_len = int(getattr(model.config, "max_position_embeddings", 1 << 30))
         if compile not in ("auto", True, False):
             raise ValueError(f"compile must be 'auto', True or False, got {compile!r}")
-        self.compile, self.cpu_compile_after = compile, cpu_compile_after
+        self.compile = compile
         self.max_frames = max_frames
         self.cache_kwarg = _cache_kwarg(model)
         attn = getattr(model.config, "_attn_implementation", None) or "eager"
@@ -145,10 +144,9 @@ class BatchDecoder:
         need = max(len(r.prompt) + r.max_new for r in batch)
         # headroom for joiners (a multi-turn prompt grows): free for eager steps, which read
         # only the columns in use; a compiled step reads them all, so on the CPU it stays tight
-        tight = self._compile_mode() == "default" and self.cpu_compile_after == 0
+        tight = self._compile_mode() == "default"
         columns = _pow2(2 * need if continuous and not tight else need, 64)
-        frame = self._frame(_pow2(len(batch), 1) if not continuous else _pow2(min(max_batch, len(batch)), 1),
-                            columns)
+        frame = self._frame(_pow2(len(batch), 1), columns)
         frame.admit(batch)
         self.stats["admitted"] += len(batch)
         while frame.live():
@@ -177,20 +175,16 @@ class BatchDecoder:
                 self._frames.pop(next(iter(self._frames)))
             frame = DecodeFrame(self.model, slots=slots, columns=columns, eos_ids=sorted(self.eos_ids),
                                 pad_id=self.pad_id, cache_kwarg=self.cache_kwarg, additive_mask=self.additive_mask,
-                                compile_mode=self._compile_mode(), compile_after=self._compile_after())
+                                compile_mode=self._compile_mode())
             self.stats["frames"] += 1
         self._frames[key] = frame  # most recently used last
         return frame
 
     def _compile_mode(self) -> str | None:
         on_gpu = model_device(self.model).type == "cuda"
-        if self.compile is False:
+        if self.compile is False or (self.compile == "auto" and not on_gpu):
             return None
         return "reduce-overhead" if on_gpu else "default"
-
-    def _compile_after(self) -> int:
-        on_gpu = model_device(self.model).type == "cuda"
-        return self.cpu_compile_after if self.compile == "auto" and not on_gpu else 0
 
     def _grad_mode(self):
         # no inference_mode: a frame's buffers outlive the call and may later feed a compiled graph

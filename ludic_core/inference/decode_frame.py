@@ -51,7 +51,7 @@ class DecodeFrame:
     """Decode buffers for `slots` rows of up to `columns` tokens (prompt + completion) each."""
 
     def __init__(self, model: Any, *, slots: int, columns: int, eos_ids: Sequence[int], pad_id: int,
-                 cache_kwarg: str, additive_mask: bool, compile_mode: str | None, compile_after: int = 0) -> None:
+                 cache_kwarg: str, additive_mask: bool, compile_mode: str | None) -> None:
         self.model, self.slots, self.columns = model, slots, columns
         self.pad_id, self.cache_kwarg = pad_id, cache_kwarg
         device = next(model.parameters()).device
@@ -76,7 +76,7 @@ class DecodeFrame:
                   self.uniforms, self.out_tokens, self.out_logprobs):
             torch._dynamo.mark_static_address(t)
         self.rows: list[RowState | None] = [None] * slots
-        self.compile_mode, self.compile_after, self.steps_run = compile_mode, compile_after, 0
+        self.compile_mode = compile_mode
         self._steps: dict[bool, Callable[[], None]] = {}
         self.compile_seconds = 0.0
         self.horizon = 1  # host bound: no live row has more than horizon - 1 tokens in its cache
@@ -102,9 +102,9 @@ class DecodeFrame:
         self.done.copy_(self.done | torch.isin(tok, self.eos) | (self.produced >= self.limits))
 
     def step(self) -> None:
-        """One decode step for every slot: eager until `compile_after` steps, then compiled."""
+        """One decode step for every slot (compiled on its first use in this frame, if compiling)."""
         use_top_p = any(r is not None and r.sampling.top_p < 1.0 for r in self.rows)
-        if self.compile_mode is not None and self.steps_run >= self.compile_after:
+        if self.compile_mode is not None:
             self.cache.set_view(None)
             fn = self._steps.get(use_top_p)
             if fn is None:
@@ -117,7 +117,6 @@ class DecodeFrame:
             self.cache.set_view(upto)
             self._step_impl(use_top_p, upto)
         self.horizon += 1
-        self.steps_run += 1
 
     def _compiled(self, use_top_p: bool) -> Callable[[], None]:
         compiled = torch.compile(self._step_impl, mode=self.compile_mode, dynamic=False)
