@@ -81,6 +81,9 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=None,
                     help="pad the model's vocabulary to this size (e.g. 151936, Qwen2.5's) to measure "
                          "sampling cost at a real vocabulary; extra ids decode to nothing")
+    ap.add_argument("--compiled", action="store_true",
+                    help="add a third contestant: LocalChatClient(compile=True) (inductor on the CPU; its one-off "
+                         "compile falls in the warm-up round and is printed)")
     ap.add_argument("--json", action="store_true", help="also print one JSON line")
     args = ap.parse_args()
     n, batch = args.max_tokens, args.batch
@@ -124,6 +127,11 @@ def main() -> None:
         "LocalChatClient": lambda: run_local(loop, client, requests),
         "HF generate": lambda: worker.submit(run_generate, model, ids, mask, n, pad_id).result(),
     }
+    if args.compiled:
+        compiled = LocalChatClient(model, tok, max_batch_size=max(batch, 1), compile=True)
+        compiled._decoder.eos_ids = {-1}
+        compiled._executor = worker
+        contestants["local, compiled"] = lambda: run_local(loop, compiled, requests)
     times: dict[str, list[float]] = {k: [] for k in contestants}
     for name, fn in contestants.items():  # warm-up, and check the token count
         got = fn()
@@ -144,9 +152,12 @@ def main() -> None:
           f"prompt_len={min(map(len, prompts))}..{width} threads={torch.get_num_threads()}")
     print(f"{'engine':<18}{'tokens/s':>10}{'median_s':>10}")
     for k in contestants:
-        note = "  (+ log-probs)" if k == "LocalChatClient" else "  (no log-probs)"
+        note = "  (+ log-probs)" if k != "HF generate" else "  (no log-probs)"
         print(f"{k:<18}{tps[k]:>10.0f}{med[k]:>10.3f}{note}")
     print(f"ratio (local / generate): {ratio:.2f}x")
+    if args.compiled:
+        print(f"ratio (compiled / generate): {tps['local, compiled'] / tps['HF generate']:.2f}x"
+              f"   one-off compile: {compiled.stats['compile_seconds']:.1f} s")
     if args.json:
         print(json.dumps({
             "preset": args.preset, "batch": batch, "max_tokens": n, "repeats": args.repeats,

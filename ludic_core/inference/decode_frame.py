@@ -70,7 +70,8 @@ class DecodeFrame:
         self.eos = torch.tensor(sorted(eos_ids), dtype=torch.long, **z)
         self.eos_ids = set(eos_ids)
         self.col_index = torch.arange(columns, **z)
-        self.mask_fill = torch.finfo(next(model.parameters()).dtype).min if additive_mask else None
+        self.mask_dtype = next(model.parameters()).dtype
+        self.mask_fill = torch.finfo(self.mask_dtype).min if additive_mask else None
         self.cache = SlotCache(model.config.get_text_config().num_hidden_layers, slots, columns, self.lengths)
         for t in (self.lengths, self.tokens, self.produced, self.limits, self.done, self.temps, self.top_ps,
                   self.uniforms, self.out_tokens, self.out_logprobs):
@@ -86,7 +87,7 @@ class DecodeFrame:
         cols = self.col_index if upto is None else self.col_index[:upto]
         visible = (cols[None, :] <= self.lengths[:, None])[:, None, None, :]
         if self.mask_fill is not None:  # eager attention adds its mask
-            zero = torch.zeros((), dtype=self.out_logprobs.dtype, device=self.device)
+            zero = torch.zeros((), dtype=self.mask_dtype, device=self.device)
             visible = torch.where(visible, zero, torch.full_like(zero, self.mask_fill))
         out = self.model(input_ids=self.tokens, attention_mask=visible, position_ids=self.lengths[:, None],
                          use_cache=True, **{self.cache_kwarg: self.cache})

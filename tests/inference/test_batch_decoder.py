@@ -144,6 +144,7 @@ def test_compiled_decode_step_is_exact(model_tok):
     gens = dec.generate(prompts, samplings)
     spent = dec.stats["compile_seconds"]
     assert spent > 0
+    assert all(f.compile_mode is not None for f in dec._frames.values())  # compiled, not fallen back to eager
     again = dec.generate(prompts, samplings)
     assert dec.stats["compile_seconds"] == spent  # same bucket: no second compile
     for p, g, h in zip(prompts, gens, again):
@@ -157,3 +158,18 @@ def _teacher_forced_at(model, prompt, completion, temperature) -> list[float]:
     with torch.no_grad():
         logp = torch.log_softmax(model(ids).logits[0].float() / temperature, -1)
     return [float(logp[len(prompt) - 1 + i, t]) for i, t in enumerate(completion)]
+
+
+def test_eager_attention_models_get_an_additive_mask(tiny_model_dir, device):
+    """attn_implementation="eager" adds its mask to the scores (SDPA takes a boolean one)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, attn_implementation="eager").to(device).eval()
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    dec = BatchDecoder(model, tok)
+    assert dec.fast and dec.additive_mask
+    prompts = _prompts(tok, 3)
+    gens = dec.generate(prompts, [SamplingConfig(temperature=1.0, max_tokens=6 + i, seed=i) for i in range(3)])
+    for p, g in zip(prompts, gens):
+        ref = _teacher_forced(model, p, g.completion_token_ids)
+        assert max(abs(a - b) for a, b in zip(ref, g.completion_logprobs)) < 1e-4
