@@ -60,8 +60,8 @@ class _LinearTokenLogprob(torch.autograd.Function):
             g = g.to(cd)
             if need_h:
                 grad_h[s:s + chunk] = g @ w
-            if need_w:
-                grad_w += (g.T @ hidden[s:s + chunk].to(cd)).float()
+            if need_w:  # accumulated into fp32 as it is added: no fp32 copy of the [V, H] product
+                grad_w += g.T @ hidden[s:s + chunk].to(cd)
         return (grad_h, _like(grad_w, weight), _like(grad_b, bias), None, None, None, None)
 
 
