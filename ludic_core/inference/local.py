@@ -195,6 +195,8 @@ class LocalChatClient:
             response = self._to_response(req, gen, version, sizes[0], secs)
             loop.call_soon_threadsafe(_resolve, fut, response)
 
+        while self._syncing.is_set():  # a weight swap waits for the lock: let it go first
+            time.sleep(0.001)
         with self._lock:
             start, version, sizes = time.perf_counter(), self.policy_version, [0]
             steps = self._decoder.stats["steps"]

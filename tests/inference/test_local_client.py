@@ -141,3 +141,33 @@ def test_prompt_longer_than_context_is_a_clear_error(client):
     long = "a" * (client.model.config.max_position_embeddings + 10)
     with pytest.raises(ContextLengthError, match="model.s context"):
         asyncio.run(client.complete(_req(long, max_tokens=4)))
+
+
+def test_weight_sync_during_continuous_decoding_splits_requests_by_version(tiny_model_dir):
+    """Requests keep arriving while a weight sync waits: rows already decoding finish on the
+    old weights (version 0), no new row joins until the sync is in, and what arrives after
+    it is decoded on the new weights (version 1). Nobody hangs."""
+    import threading
+
+    c = LocalChatClient(tiny_model_dir)
+    c._decoder.eos_ids = {-1}  # every row runs to its max_tokens: the first ones are still decoding
+    new = {k: v + 0.05 * torch.randn_like(v) for k, v in c.model.state_dict().items()}
+    synced = threading.Event()
+
+    async def run():
+        # 3 rows in a 4-slot frame: a free slot that a late request could take mid-run
+        first = [asyncio.create_task(c.complete(_req(f"old {i}", max_tokens=300, seed=i))) for i in range(3)]
+        while not c._decoder.stats["steps"]:  # decoding has started
+            await asyncio.sleep(0.001)
+        syncer = asyncio.get_running_loop().run_in_executor(
+            None, lambda: (c.sync_weights(new, version=1), synced.set()))
+        while not c._syncing.is_set() and not synced.is_set():
+            await asyncio.sleep(0)
+        late = [asyncio.create_task(c.complete(_req(f"new {i}", max_tokens=8, seed=i))) for i in range(4)]
+        await syncer
+        return await asyncio.gather(*first), await asyncio.gather(*late)
+
+    first, late = asyncio.run(run())
+    assert {r.policy_version for r, _ in first} == {0}
+    assert {r.policy_version for r, _ in late} == {1}
+    assert all(len(r.completion_token_ids) == 300 for r, _ in first)
