@@ -32,6 +32,9 @@ __all__ = ["DecodeFrame", "RowState"]
 
 log = logging.getLogger(__name__)
 
+#: Decode steps between stop-string scans of a running row (each scan decodes a window of its tokens).
+STOP_SCAN_EVERY = 4
+
 
 @dataclass
 class RowState:
@@ -80,6 +83,7 @@ class DecodeFrame:
         self.compile_mode = compile_mode
         self._steps: dict[bool, Callable[[], None]] = {}
         self.compile_seconds = 0.0
+        self.collects = 0
         self.horizon = 1  # host bound: no live row has more than horizon - 1 tokens in its cache
 
     # ---- the device step ------------------------------------------------------
@@ -202,7 +206,11 @@ class DecodeFrame:
         done, produced, lengths = torch.stack([self.done.long(), self.produced, self.lengths]).tolist()
         live = [lengths[s] for s, r in enumerate(self.rows) if r is not None and not done[s]]
         self.horizon = max(live, default=0) + 1
-        watch = [s for s, r in enumerate(self.rows) if r is not None and (done[s] or r.scanner.stops)]
+        # Stop strings are scanned every STOP_SCAN_EVERY steps (exact: the scan finds the first
+        # completing token among the new ones, and the row is cut there), not after every token.
+        self.collects += 1
+        scan = self.collects % STOP_SCAN_EVERY == 0
+        watch = [s for s, r in enumerate(self.rows) if r is not None and (done[s] or (scan and r.scanner.stops))]
         if not watch:
             return []
         width = max(produced[s] for s in watch)

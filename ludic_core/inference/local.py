@@ -182,8 +182,11 @@ class LocalChatClient:
     def _decode(self, loop: asyncio.AbstractEventLoop, in_flight: dict[int, tuple]) -> None:
         """The decode thread: run the decoder until nothing is live or waiting."""
         def poll() -> list:
+            # only this loop's requests: a run that outlives its loop (asyncio.run returned and
+            # cancelled the drain task) must not take, and never answer, a later loop's
             with self._pending_lock:
-                taken, self._pending = self._pending, []
+                taken = [p for p in self._pending if p[2].get_loop() is loop]
+                self._pending = [p for p in self._pending if p[2].get_loop() is not loop]
             for item in taken:
                 in_flight[id(item[2])] = item
             self.stats["requests"] += len(taken)
@@ -193,7 +196,10 @@ class LocalChatClient:
             req, _, fut = in_flight.pop(key)
             secs = time.perf_counter() - start
             response = self._to_response(req, gen, version, sizes[0], secs)
-            loop.call_soon_threadsafe(_resolve, fut, response)
+            try:
+                loop.call_soon_threadsafe(_resolve, fut, response)
+            except RuntimeError:  # its loop is closed: nobody waits for this answer any more
+                pass
 
         while self._syncing.is_set():  # a weight swap waits for the lock: let it go first
             time.sleep(0.001)

@@ -133,7 +133,18 @@ def serve(fn, rfd=3, wfd=4):
             reply = {"value": encode(result)}
         except BaseException as exc:  # noqa: BLE001 - the judge decides what an exception means
             reply = {"raised": [type(exc).__name__, str(exc)[:500]]}
+        _flush_output()  # the candidate is killed once the judge is done: what it printed must be out first
         _write_line(wfd, _json.dumps(reply).encode())
+
+
+def _flush_output():
+    import sys
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:  # noqa: BLE001 - a candidate may have closed or replaced its streams
+            pass
 
 
 def proxy(wfd=3, rfd=4, limit=MAX_REPLY_BYTES):
