@@ -182,6 +182,7 @@ def _code(status):
 def _lead(req, cfg, files, report_fd):
     """The run's leader (a child of the jail): set the run's rooms up, start, wait, kill, report."""
     try:
+        _libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: the candidate's orphans become ours to reap
         if cfg.get("private"):
             _private_namespaces(req["tmp_mb"])
         if cfg.get("cgroup"):
@@ -217,10 +218,46 @@ def _lead(req, cfg, files, report_fd):
         out = {"timed_out": main_status is None, "error": None,
                "cand": _code(main_status) if main == cand else _code(_reap(cand)),
                "judge": _code(main_status) if judged else None}
+        if uids[0] is not None:
+            _end_uid(uids[0])
     except BaseException as exc:  # noqa: BLE001 - the jail's own failure, said as such
         out = {"timed_out": False, "error": f"{type(exc).__name__}: {exc}"}
     os.write(report_fd, json.dumps(out).encode())
     os._exit(0)
+
+
+def _end_uid(uid, tries=1000):
+    """No process of `uid` left, not even a zombie, before the run reports: SIGKILL is
+    asynchronous, and an orphan the kill left a zombie would be seen by the slot's next run."""
+    for _ in range(tries):
+        _reap_children()
+        if not _processes_of(uid):
+            return
+        _kill_uid(uid)  # again: a process forked while the last kill went round
+        time.sleep(0.001)
+    raise RuntimeError(f"processes of uid {uid} outlived the run")
+
+
+def _reap_children():
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _processes_of(uid):
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.stat(f"/proc/{name}").st_uid == uid:
+                    found.append(int(name))
+            except OSError:  # it ended meanwhile
+                pass
+    return found
 
 
 def _killpg(pid):
