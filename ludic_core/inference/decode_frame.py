@@ -6,7 +6,7 @@ count, limit, sampling parameters and counter-based uniforms, and the sampled
 tokens and log-probs. A step is then one function of those buffers with no
 host round trip, so it can be compiled once per bucket and, on a GPU, replayed
 as a CUDA graph (`torch.compile(mode="reduce-overhead")`): decoding a small
-model is bound by kernel launches, not arithmetic. Slots that are free or
+model is bound by kernel launches, not by compute. Slots that are free or
 finished still run (static shapes) but do not advance.
 
 Prompts enter through `admit`, an ordinary eager forward over just the joining
