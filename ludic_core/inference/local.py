@@ -194,6 +194,9 @@ class LocalChatClient:
 
         def emit(key: int, gen: Generation) -> None:
             req, _, fut = in_flight.pop(key)
+            # stats before the answer: a caller may read them as soon as its last answer is in
+            self.stats["decode_steps"] = self._decoder.stats["steps"]
+            self.stats["compile_seconds"] = self._decoder.stats["compile_seconds"]
             secs = time.perf_counter() - start
             response = self._to_response(req, gen, version, sizes[0], secs)
             try:
@@ -205,16 +208,13 @@ class LocalChatClient:
             time.sleep(0.001)
         with self._lock:
             start, version, sizes = time.perf_counter(), self.policy_version, [0]
-            steps = self._decoder.stats["steps"]
             first = poll()
             sizes[0] = len(first)
+            self.stats["batches"] += 1
+            self.stats["max_batch"] = max(self.stats["max_batch"], sizes[0])
             queue = [first]
             self._decoder.run(lambda: queue.pop() if queue else poll(), emit, max_batch=self.max_batch_size,
                               continuous=self.continuous_batching, admitting=lambda: not self._syncing.is_set())
-            self.stats["batches"] += 1
-            self.stats["max_batch"] = max(self.stats["max_batch"], sizes[0])
-            self.stats["decode_steps"] += self._decoder.stats["steps"] - steps
-            self.stats["compile_seconds"] = self._decoder.stats["compile_seconds"]
 
     @staticmethod
     def _to_response(
