@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ludic_core.batching.chat import chat_items, chat_to_item, read_chat_examples
     from ludic_core.batching.collate import MicroBatch, collate_micro_batches, padding_waste
+    from ludic_core.batching.packing import PackedRows, pack_micro_batches
     from ludic_core.batching.saw import SAWBatch, SAWItem, build_saw_batch
     from ludic_core.batching.sources import (
         BatchSource,
@@ -29,6 +30,8 @@ __all__ = [
     "build_saw_batch",
     "MicroBatch",
     "collate_micro_batches",
+    "pack_micro_batches",
+    "PackedRows",
     "padding_waste",
     "BatchSource",
     "RolloutBatchSource",
@@ -47,6 +50,8 @@ _SOURCE = {
     "MicroBatch": "collate",
     "collate_micro_batches": "collate",
     "padding_waste": "collate",
+    "pack_micro_batches": "packing",
+    "PackedRows": "packing",
     "BatchSource": "sources",
     "RolloutBatchSource": "sources",
     "OfflineBatchSource": "sources",

@@ -8,11 +8,14 @@ padded tokens (rows x longest row) of each micro-batch, hence peak memory.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
 from ludic_core.batching.saw import SAWItem
+
+if TYPE_CHECKING:
+    from ludic_core.batching.packing import PackedRows
 
 __all__ = ["MicroBatch", "collate_micro_batches", "padding_waste"]
 
@@ -28,6 +31,8 @@ class MicroBatch:
     # [B] temperature each row was sampled at (1.0 when unknown or greedy), so
     # the trainer's log-probs are of the same distribution as actor_logprobs
     temperatures: torch.Tensor | None = None
+    # set by `pack_micro_batches`: the rows the model runs, items end to end
+    packed: "PackedRows | None" = None
 
     @property
     def real_tokens(self) -> int:
@@ -35,7 +40,8 @@ class MicroBatch:
 
     @property
     def padded_tokens(self) -> int:
-        return int(self.input_ids.numel())
+        """Positions the model computes."""
+        return int((self.packed.input_ids if self.packed is not None else self.input_ids).numel())
 
     @property
     def action_tokens(self) -> float:

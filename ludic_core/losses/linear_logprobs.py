@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import torch
 
+from ludic_core.losses.logprobs import inverse_temperatures
+
 __all__ = ["linear_token_logprobs"]
 
 
@@ -91,7 +93,7 @@ def linear_token_logprobs(
     where position t holds log softmax((hidden[:, t] W^T + b) / temperature)[input_ids[:, t+1]].
 
     Same numbers as `token_logprobs(lm_head(hidden), input_ids, ...)` to float tolerance.
-    temperatures: [B], one per row (None = 1).
+    temperatures: [B], one per row, or [B, T], one per position (None = 1).
     """
     if hidden.shape[:2] != input_ids.shape:
         raise ValueError(f"hidden {tuple(hidden.shape)} does not match input_ids {tuple(input_ids.shape)}")
@@ -100,9 +102,7 @@ def linear_token_logprobs(
     batch, width, size = hidden.shape
     targets = torch.zeros_like(input_ids, dtype=torch.long)
     targets[:, :-1] = input_ids[:, 1:]  # the last position gets a dummy target, dropped below
-    inv_temp = torch.empty(0, device=hidden.device)
-    if temperatures is not None:
-        inv_temp = (1.0 / temperatures.to(hidden.device, torch.float32))[:, None].expand(batch, width).reshape(-1)
+    inv_temp = inverse_temperatures(temperatures, batch, width, hidden.device)
     flat = _LinearTokenLogprob.apply(hidden.reshape(batch * width, size), weight, bias, targets.reshape(-1),
                                      inv_temp, chunk_tokens, compute_dtype)
     return flat.view(batch, width)[:, :-1]

@@ -65,6 +65,18 @@ def _scaled(z: torch.Tensor, inv_temp: torch.Tensor, start: int, chunk: int, fre
     return z.to(torch.float32, copy=fresh)
 
 
+def inverse_temperatures(temperatures: torch.Tensor | None, batch: int, width: int,
+                         device: torch.device) -> torch.Tensor:
+    """1/T for each of batch x width positions, flattened; empty when `temperatures` is None.
+    `temperatures` is [B] (one per row) or [B, T] (one per position, for packed rows)."""
+    if temperatures is None:
+        return torch.empty(0, device=device)
+    inv = 1.0 / temperatures.to(device, torch.float32)
+    if inv.dim() == 1:
+        inv = inv[:, None]
+    return inv.expand(batch, width).reshape(-1)
+
+
 def token_logprobs(
     logits: torch.Tensor,
     input_ids: torch.Tensor,
@@ -75,7 +87,7 @@ def token_logprobs(
     """logits [B, T, V], input_ids [B, T] -> [B, T-1] fp32, where position t holds
     log softmax(logits[:, t] / temperature)[input_ids[:, t+1]] (the score of the next token).
 
-    temperatures: [B], one per row (None = 1). `chunk_tokens` positions are
+    temperatures: [B], one per row, or [B, T], one per position (packed rows); None = 1. `chunk_tokens` positions are
     processed at a time; values and gradients do not depend on it.
     """
     if logits.shape[:2] != input_ids.shape:
@@ -89,9 +101,7 @@ def token_logprobs(
     # flattening below is a view of the logits, not a copy.
     targets = torch.zeros_like(input_ids, dtype=torch.long)
     targets[:, :-1] = input_ids[:, 1:]
-    inv_temp = torch.empty(0, device=logits.device)
-    if temperatures is not None:
-        inv_temp = (1.0 / temperatures.to(logits.device, torch.float32))[:, None].expand(batch, width).reshape(-1)
+    inv_temp = inverse_temperatures(temperatures, batch, width, logits.device)
     flat = _ChunkedTokenLogprob.apply(logits.reshape(batch * width, vocab), targets.reshape(-1), inv_temp,
                                       chunk_tokens)
     return flat.view(batch, width)[:, :-1]

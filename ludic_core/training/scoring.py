@@ -57,14 +57,23 @@ class PolicyScorer:
         """True while log-probs come straight from hidden states (no logits)."""
         return self.head is not None
 
-    def __call__(self, ids: torch.Tensor, attention_mask: torch.Tensor, start: int,
-                 temperatures: torch.Tensor | None, need_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """[B, T-1-start] log-probs of ids[:, start+1:] (and entropies of the same positions)."""
+    def __call__(self, ids: torch.Tensor, attention_mask: torch.Tensor | None, start: int,
+                 temperatures: torch.Tensor | None, need_entropy: bool,
+                 position_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """[B, T-1-start] log-probs of ids[:, start+1:] (and entropies of the same positions).
+
+        Packed rows (`batching.packing`) come with `position_ids` and no attention
+        mask, and with one temperature per position ([B, T]) instead of per row."""
+        if temperatures is not None and temperatures.dim() == 2:
+            temperatures = temperatures[:, start:]
+        inputs = {"input_ids": ids, "attention_mask": attention_mask, **self.no_cache}
+        if position_ids is not None:
+            inputs["position_ids"] = position_ids
         if self.head is not None:
-            hidden = self._hidden_states(ids, attention_mask)
+            hidden = self._hidden_states(inputs)
             if hidden is not None:
                 return self._from_hidden(hidden[:, start:], ids[:, start:], temperatures, need_entropy)
-        return self._from_logits(ids, attention_mask, start, temperatures, need_entropy)
+        return self._from_logits(inputs, start, temperatures, need_entropy)
 
     def _autocast(self) -> torch.autocast:
         return torch.autocast(self.device_type, dtype=self.compute_dtype, enabled=self.compute_dtype != torch.float32)
@@ -76,13 +85,12 @@ class PolicyScorer:
         stack.enter_context(attention_backends(torch.device(self.device_type)))
         return stack
 
-    def _hidden_states(self, ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor | None:
+    def _hidden_states(self, inputs: dict[str, Any]) -> torch.Tensor | None:
         captured: list[Any] = []
         hook = self.decoder.register_forward_hook(lambda _m, _a, out: captured.append(out))
         try:
             with self._forward_context():
-                last = self.model(input_ids=ids, attention_mask=attention_mask, logits_to_keep=1,
-                                  **self.no_cache).logits
+                last = self.model(**inputs, logits_to_keep=1).logits
         finally:
             hook.remove()
         out = captured[-1]
@@ -111,11 +119,11 @@ class PolicyScorer:
             entropy = token_entropy(_scaled(logits, temperatures))
         return logprobs, entropy
 
-    def _from_logits(self, ids, attention_mask, start, temperatures, need_entropy):
+    def _from_logits(self, inputs, start, temperatures, need_entropy):
+        ids = inputs["input_ids"]
         kwargs = {"logits_to_keep": ids.shape[1] - start} if self.keeps_logits and start else {}
-        kwargs.update(self.no_cache)
         with self._forward_context():
-            logits = self.model(input_ids=ids, attention_mask=attention_mask, **kwargs).logits
+            logits = self.model(**inputs, **kwargs).logits
         logits = logits[:, -(ids.shape[1] - start):]  # models that ignore logits_to_keep
         entropy = token_entropy(_scaled(logits[:, :-1], temperatures)) if need_entropy else None
         logprobs = token_logprobs(logits, ids[:, start:], temperatures=temperatures, chunk_tokens=self.chunk_tokens)
@@ -123,7 +131,11 @@ class PolicyScorer:
 
 
 def _scaled(logits: torch.Tensor, temperatures: torch.Tensor | None) -> torch.Tensor:
-    return logits if temperatures is None else logits / temperatures.to(logits.device)[:, None, None]
+    """logits [B, T', V] over temperatures [B] (per row) or [B, >=T'] (per position)."""
+    if temperatures is None:
+        return logits
+    t = temperatures.to(logits.device)
+    return logits / (t[:, None, None] if t.dim() == 1 else t[:, :logits.shape[1], None])
 
 
 def _accepts(model: Any, name: str) -> bool:

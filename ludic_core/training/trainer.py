@@ -28,6 +28,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ludic_core.batching.collate import MicroBatch, collate_micro_batches, padding_waste
+from ludic_core.batching.packing import pack_micro_batches, unpack
 from ludic_core.batching.saw import SAWBatch, SAWItem
 from ludic_core.config import TrainerConfig
 from ludic_core.device import place_model, resolve_dtype
@@ -99,6 +100,8 @@ class Trainer:
                                            weight_decay=config.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_multiplier(
             config.schedule, warmup_steps=config.warmup_steps, total_steps=config.total_steps))
+        self.packing = config.packing  # switched off if the model does not honour packed rows
+        self._packing_checked = False
         self.step = 0
         self.policy_version = 0
         self.history: list[dict[str, float]] = []
@@ -134,15 +137,47 @@ class Trainer:
 
     def _micro_batches(self, items: list[SAWItem]) -> list[MicroBatch]:
         mine = dist_utils.shard_batch(items, self.ctx)
-        mbs = collate_micro_batches(mine, micro_token_budget=self.cfg.micro_token_budget,
-                                    pad_id=self.pad_id) if mine else []
+        collate = pack_micro_batches if self.packing else collate_micro_batches
+        mbs = collate(mine, micro_token_budget=self.cfg.micro_token_budget, pad_id=self.pad_id) if mine else []
         # FSDP ranks must run the same number of forward/backward passes.
         target = _all_reduce_max(len(mbs), self.ctx)
         while len(mbs) < target:
-            template = mbs[-1] if mbs else collate_micro_batches(items[:1], micro_token_budget=1,
-                                                                 pad_id=self.pad_id)[0]
+            template = mbs[-1] if mbs else collate(items[:1], micro_token_budget=1, pad_id=self.pad_id)[0]
             mbs.append(_zero_weight_copy(template))
+        if self.packing and not self._packing_checked and mbs and not self._packing_holds(mbs[0]):
+            return self._micro_batches(items)  # now padded
         return mbs
+
+    def _packing_holds(self, mb: MicroBatch) -> bool:
+        """Once per run, on every rank: do the packed rows give each item the log-probs
+        of its own padded row? A model that ignores `position_ids` restarts (and so lets
+        items attend to each other) fails this, and the trainer pads from then on. The
+        check is conclusive once some rank has a row holding two or more items."""
+        rows = mb.packed
+        step = rows.input_ids.shape[1] - 1  # each row's share of the flattened index
+        row_of = (rows.index[:, 0] // step).tolist()
+        row = max(set(row_of), key=row_of.count)  # the row holding the most items
+        members = [b for b, r in enumerate(row_of) if r == row]
+        fail, conclusive = 0.0, float(len(members) > 1)
+        if conclusive:
+            device = self.ctx.device
+            with torch.no_grad():
+                packed, _ = self.scorer(_to_device(rows.input_ids[row:row + 1], device), None, 0, None, False,
+                                        position_ids=_to_device(rows.position_ids[row:row + 1], device))
+                padded, _ = self.scorer(_to_device(mb.input_ids[members], device),
+                                        _to_device(mb.attention_mask[members], device), 0, None, False)
+            mask = _to_device(mb.attention_mask[members, 1:], device).bool()
+            diff = (unpack(packed, _to_device(rows.index[members] - row * step, device)) - padded).abs()[mask].max()
+            tolerance = 1e-3 if self.compute_dtype == torch.float32 else 5e-2
+            fail = float(diff > tolerance)
+            if fail:
+                log.warning("%s does not keep packed items apart (log-probs differ by %.3g); "
+                            "training on padded micro-batches", type(self.model).__name__, float(diff))
+        fails, conclusives = dist_utils.all_reduce_floats([fail, conclusive], "sum", self.ctx)
+        if fails:
+            self.packing = False
+        self._packing_checked = bool(fails or conclusives)
+        return not fails
 
     def _split_inert(self, items: list[SAWItem]) -> tuple[list[SAWItem], list[SAWItem]]:
         """(items to score, items skipped): under a loss inert at zero advantage an
@@ -179,8 +214,8 @@ class Trainer:
             if bool((mb.temperatures != 1.0).any()):  # the micro-batch is on the host: no sync
                 temps = _to_device(mb.temperatures, device)
         loss_fn = self.algorithm.loss
-        ids, attention = _to_device(mb.input_ids, device), _to_device(mb.attention_mask, device)
-        logprobs, entropy = self.scorer(ids, attention, start, temps, need_entropy=loss_fn.needs_entropy)
+        score = self._packed_scoring(mb, temps is not None) if mb.packed is not None else self._padded_scoring(mb, temps)
+        logprobs, entropy = score(self.scorer, start, loss_fn.needs_entropy)
         inputs = LossInputs(
             logprobs=logprobs,
             old_logprobs=_to_device(mb.actor_logprobs[:, start + 1:], device),
@@ -193,9 +228,27 @@ class Trainer:
         )
         if self.ref_scorer is not None:
             with torch.no_grad():
-                inputs.ref_logprobs, _ = self.ref_scorer(ids, attention, start, temps, need_entropy=False)
+                inputs.ref_logprobs, _ = score(self.ref_scorer, start, False)
         out = loss_fn(inputs)
         return out.loss, out.metrics
+
+    def _padded_scoring(self, mb: MicroBatch, temps: torch.Tensor | None) -> Callable:
+        ids, attention = _to_device(mb.input_ids, self.ctx.device), _to_device(mb.attention_mask, self.ctx.device)
+        return lambda scorer, start, need_entropy: scorer(ids, attention, start, temps, need_entropy)
+
+    def _packed_scoring(self, mb: MicroBatch, tempered: bool) -> Callable:
+        """Score the packed rows whole, then lay each item's values out in its own row
+        (the layout of the action mask and actor log-probs) and drop what precedes `start`."""
+        device, rows = self.ctx.device, mb.packed
+        ids, pos = _to_device(rows.input_ids, device), _to_device(rows.position_ids, device)
+        index = _to_device(rows.index, device)
+        temps = _to_device(rows.temperatures, device) if tempered else None
+
+        def score(scorer, start, need_entropy):
+            logprobs, entropy = scorer(ids, None, 0, temps, need_entropy, position_ids=pos)
+            return (unpack(logprobs, index)[:, start:],
+                    unpack(entropy, index)[:, start:] if entropy is not None else None)
+        return score
 
     def train_step(self) -> dict[str, float]:
         t0 = time.perf_counter()
@@ -379,4 +432,5 @@ def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
 def _zero_weight_copy(mb: MicroBatch) -> MicroBatch:
     """A micro-batch that contributes nothing (keeps FSDP ranks in lock-step)."""
     return MicroBatch(mb.input_ids, mb.attention_mask, torch.zeros_like(mb.action_mask),
-                      mb.actor_logprobs, torch.zeros_like(mb.weights), [{"_pad": True}], mb.temperatures)
+                      mb.actor_logprobs, torch.zeros_like(mb.weights), [{"_pad": True}],
+                      mb.temperatures, mb.packed)

@@ -1,0 +1,67 @@
+"""Trainer step time with packed micro-batches vs padded ones, same items, same model.
+
+Items are variable-length multi-turn tic-tac-toe turns (the full dialog in each
+prompt, as `trainer_overhead.py` builds them). Padded: length-sorted cutting
+(`collate_micro_batches`). Packed: items end to end in rows
+(`pack_micro_batches`), document-masked attention via position ids. Steps
+alternate between the two trainers to share machine noise; the gradients are
+the same (tests/training/test_trainer_packing.py), so only time differs.
+
+    .venv/bin/python benchmarks/packing.py [--preset tiny-10m] [--batch 64] [--budgets 4096 16384]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from trainer_overhead import FixedSource, full_dialog_items
+
+from ludic_core.algorithms import make_reinforce
+from ludic_core.config import TrainerConfig
+from ludic_core.models import build_tiny_model, load_model_and_tokenizer
+from ludic_core.training.trainer import Trainer
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="tiny-10m")
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--batch", type=int, default=64, help="items per optimizer step")
+    ap.add_argument("--budgets", type=int, nargs="+", default=[4096, 16384])
+    args = ap.parse_args()
+    model_dir = build_tiny_model(Path(tempfile.gettempdir()) / f"ludic-bench-{args.preset}", args.preset)
+    _, tok = load_model_and_tokenizer(model_dir)
+    items = full_dialog_items(tok, games=48)[: args.batch]
+    lengths = sorted(len(i) for i in items)
+    print(f"{args.preset}, {len(items)} items, lengths {lengths[0]}..{lengths[-1]}, "
+          f"{sum(lengths)} tokens, {args.steps} timed steps each")
+    print(f"{'budget':>7} {'layout':<8}{'micro-batches':>14}{'padding':>9}{'median step s':>15}{'tokens/s':>10}")
+    for budget in args.budgets:
+        trainers = {}
+        for packing in (False, True):
+            cfg = TrainerConfig(lr=1e-4, micro_token_budget=budget, max_seq_len=4096, packing=packing)
+            trainers[packing] = Trainer(load_model_and_tokenizer(model_dir)[0], make_reinforce(),
+                                        FixedSource(items), cfg, tokenizer=tok)
+        times: dict[bool, list[float]] = {False: [], True: []}
+        last = {}
+        for packing, tr in trainers.items():
+            tr.train_step()  # warm-up (and the packed trainer's one-off check)
+        for _ in range(args.steps):
+            for packing, tr in trainers.items():
+                t = time.perf_counter()
+                last[packing] = tr.train_step()
+                times[packing].append(time.perf_counter() - t)
+        for packing in (False, True):
+            m, s = last[packing], statistics.median(times[packing])
+            print(f"{budget:>7} {'packed' if packing else 'padded':<8}{m['micro_batches']:>14.0f}"
+                  f"{m['padding_waste'] * 100:>8.1f}%{s:>15.3f}{sum(lengths) / s:>10.0f}")
+        ratio = statistics.median(times[True]) / statistics.median(times[False])
+        print(f"{budget:>7} packed / padded step time: {ratio:.3f}x")
+
+
+if __name__ == "__main__":
+    main()
