@@ -9,7 +9,7 @@ STAMP := $(VENV)/.ludic-installed
 VLLM_VENV ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.ludic-vllm.json
 
-.PHONY: demo test test-heavy install vllm
+.PHONY: demo test test-heavy install vllm docs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -34,3 +34,13 @@ test: $(STAMP) $(VLLM_STAMP)
 # the long checks `make test` leaves out (marker `heavy`); .ci/run runs both
 test-heavy: $(STAMP) $(VLLM_STAMP)
 	$(PY) -m pytest -m heavy --durations=10
+
+# the docs site (mkdocs.yml, docs/): --strict, so a broken link, anchor or API reference fails;
+# the site goes to build/site
+DOCS_STAMP := $(VENV)/.ludic-docs-installed
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict

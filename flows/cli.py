@@ -10,6 +10,9 @@ prints a complete, commented config; `ludic model tiny` builds a model directory
 `ludic serve --setup` installs vLLM into its own environment and `ludic serve
 --model DIR` runs a vLLM server for a model directory until interrupted;
 `ludic zombies` sets up the automation that marks dead runs Crashed.
+`ludic run FLOW --deployment` triggers the flow's deployment on a Prefect
+server instead and follows it; `ludic watch RUN` follows any run: both end with
+the run's final state and the reason it failed (flows/remote.py).
 """
 
 from __future__ import annotations
@@ -176,6 +179,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         print(example_config(args.flow))
         return 0
+    if args.deployment is not None:
+        return _run_deployment(args)
     flow_fn, cfg_cls = load_flow(args.flow)
     cfg = validated(cfg_cls, read_config_file(args.config) if args.config else {}, args.config or "no --config")
     cfg.preflight()  # paths and env names, before the Prefect API starts
@@ -183,6 +188,40 @@ def _cmd_run(args: argparse.Namespace) -> int:
     result = flow_fn(cfg)
     print(json.dumps(result, indent=2, default=str))
     return 0
+
+
+def _run_deployment(args: argparse.Namespace) -> int:
+    """Trigger the flow's deployment (on PREFECT_API_URL's server) and follow the run to
+    its end: its config file is checked here first, as the worker will read it (paths are
+    the worker's, so they are not checked here); the exit code says how the run ended."""
+    from flows.remote import trigger
+
+    name = args.deployment or args.flow
+    deployment = name if "/" in name else f"{args.flow}/{name}"
+    data = None
+    if args.config:
+        data = read_config_file(args.config)
+        validated(load_flow(args.flow)[1], data, args.config)
+    run_id, run_name = trigger(deployment, data)
+    print(f"started flow run {run_name!r} ({run_id}) of {deployment}; Ctrl-C stops following, not the run",
+          flush=True)
+    return _follow(run_id, deployment)
+
+
+def _follow(run_id: Any, deployment: str | None) -> int:
+    from flows.remote import follow, outcome
+
+    try:
+        return outcome(follow(run_id), deployment)
+    except KeyboardInterrupt:
+        print(f"\nstopped following; the run goes on: `ludic watch {run_id}`", file=sys.stderr)
+        return 130
+
+
+def _cmd_watch(args: argparse.Namespace) -> int:
+    from flows.remote import find_run
+
+    return _follow(find_run(args.run), None)
 
 
 def embedded_api() -> None:
@@ -296,7 +335,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("flow", choices=sorted(FLOWS))
     run.add_argument("--config", help="YAML or JSON file validated by the flow's config model")
     run.add_argument("--example", action="store_true", help="print a complete, commented example config and exit")
+    run.add_argument("--deployment", nargs="?", const="", metavar="NAME",
+                     help="run it as a deployment on the server PREFECT_API_URL names (default FLOW/FLOW) and "
+                          "follow it to its end, printing its logs and why it failed; --config replaces the "
+                          "deployment's whole cfg, without it the deployment's own parameters are used")
     run.set_defaults(func=_cmd_run)
+    watch = sub.add_parser("watch", help="follow a flow run (id or name) on PREFECT_API_URL's server to its end: "
+                                         "its logs, then its final state and why it failed")
+    watch.add_argument("run", help="flow run id or name (as `prefect deployment run` prints them)")
+    watch.set_defaults(func=_cmd_watch)
     model = sub.add_parser("model", help="build models offline")
     model_sub = model.add_subparsers(dest="model_command", required=True)
     tiny = model_sub.add_parser("tiny", help="build a tiny random model + tokenizer directory")

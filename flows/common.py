@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import shlex
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Literal
@@ -12,7 +14,11 @@ from ludic_core.bounds import MAX_PROCESSES, bounded
 from ludic_core.frozen import FrozenModel
 from ludic_core.training.stage_spec import NodeSettings
 
-__all__ = ["FlowConfig", "SlotConfig", "TrainingConfig", "held", "require_model_dir", "require_path"]
+__all__ = ["FlowConfig", "SlotConfig", "TrainingConfig", "SCHEDULE_FOLLOWS_STEPS", "held", "require_model_dir",
+           "require_path"]
+
+#: a flow's lr schedule spans its run: `trainer.total_steps` is `steps` unless stated (then it must agree)
+SCHEDULE_FOLLOWS_STEPS: dict[str, str] = {"trainer.total_steps": "steps"}
 
 
 class FlowConfig(FrozenModel):
@@ -76,14 +82,27 @@ def held(slot: str | None) -> Iterator[None]:
         ctx.__exit__(None, None, None)
 
 
-def require_path(field: str, path: str, what: str = "file or directory") -> None:
+def require_path(field: str, path: str, what: str = "file or directory", hint: str = "") -> None:
     if not Path(path).exists():
-        raise FileNotFoundError(f"{field}: no {what} at {path!r} (relative paths are from {Path.cwd()})")
+        raise FileNotFoundError(f"{field}: no {what} at {path!r} (relative paths are from {Path.cwd()}){hint}")
 
 
 def require_model_dir(field: str, path: str) -> None:
     """A Hugging Face model directory: `config.json` at least (else transformers
-    would take the path for a hub repo id and fail far from the cause)."""
-    require_path(field, path, "model directory")
+    would take the path for a hub repo id and fail far from the cause). A missing
+    one says how to make it: a fresh clone has no `runs/`, yet prefect.yaml and
+    `ludic run FLOW --example` point at `runs/models/tiny-1m`."""
+    require_path(field, path, "model directory", _model_hint(path))
     if not (Path(path) / "config.json").is_file():
         raise FileNotFoundError(f"{field}: {path!r} is not a model directory (no config.json in it)")
+
+
+def _model_hint(path: str) -> str:
+    name, out = Path(path).name, shlex.quote(path)
+    if re.fullmatch(r"tiny-\w+", name):  # a preset's name (ludic_core.models.PRESETS; not imported: torch)
+        preset = "" if name == "tiny-1m" else f" --preset {name}"
+        return f"; build it with `ludic model tiny{preset} --out {out}` (offline, seconds)"
+    if re.search(r"checkpoints/step_\d+/model/?$", path):
+        return ("; it is a checkpoint a training flow writes (OUT_DIR/checkpoints/step_N/model): run that flow "
+                "first, or name a checkpoint that exists")
+    return f"; a Hugging Face model directory, or build a tiny one offline: `ludic model tiny --out {out}`"

@@ -8,13 +8,13 @@ directory both can read. Scale out by running more `pipeline_actor` runs.
 from __future__ import annotations
 
 import time
-from typing import Literal
+from typing import ClassVar, Literal
 
 from prefect import flow, get_run_logger
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field, model_validator
 
-from flows.common import FlowConfig, SlotConfig, held, require_model_dir
+from flows.common import SCHEDULE_FOLLOWS_STEPS, FlowConfig, SlotConfig, held, require_model_dir
 from flows.pipeline_rl import (KEY_ENV, ActorLaunch, StageChain, actor_pool, keep_actors_busy, queue_report,
                                redis_queue)
 from ludic_core.bounds import MAX_BATCH, MAX_PROCESSES, MAX_SEQ_LEN, MAX_STEPS, bounded
@@ -43,6 +43,8 @@ def _endpoint(block: str | None) -> VLLMEndpoint | None:
 
 
 class PipelineTrainerConfig(SlotConfig):
+    follows: ClassVar[dict[str, str]] = SCHEDULE_FOLLOWS_STEPS
+
     model_path: str = Field(description="initial policy (e.g. the SFT model dir)")
     out_dir: str = Field("runs/pipeline_trainer", description="checkpoints and metrics")
     redis_block: str = Field(description="name of the RedisQueue block the actors write to")
@@ -52,7 +54,9 @@ class PipelineTrainerConfig(SlotConfig):
     items_per_step: int = bounded(256, ge=1, le=MAX_BATCH, description="SAW items (model calls) per optimizer step")
     max_lag: int | None = bounded(1, ge=0, le=MAX_STEPS,
                                   description="drop items this many policy versions behind the trainer")
-    trainer: TrainerConfig = TrainerConfig(lr=1e-4, micro_token_budget=16384, max_seq_len=512)
+    trainer: TrainerConfig = Field(
+        TrainerConfig(lr=1e-4, micro_token_budget=16384, max_seq_len=512),
+        description="optimisation settings: a partial mapping changes only what it names; total_steps follows steps")
     launcher: Literal["in_process", "torchrun"] = Field(
         "in_process", description="torchrun: each stage trains on `nproc` ranks (rank 0 reads the stream)")
     nproc: int = bounded(2, ge=1, le=MAX_PROCESSES, description="ranks per stage under torchrun")

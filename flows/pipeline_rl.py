@@ -19,13 +19,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, Callable, Iterator, Literal
+from typing import Any, Callable, ClassVar, Iterator, Literal
 
 from prefect import flow, get_run_logger
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field, model_validator
 
-from flows.common import SlotConfig, held, require_model_dir
+from flows.common import SCHEDULE_FOLLOWS_STEPS, SlotConfig, held, require_model_dir
 from flows.vllm_inference import VLLMSettings, vllm_inference
 from ludic_core.bounds import (MAX_BATCH, MAX_EPISODES, MAX_PROCESSES, MAX_QUEUE_ITEMS, MAX_SEED, MAX_STEPS,
                                bounded)
@@ -68,6 +68,8 @@ def actor_pool(launch: ActorLaunch, actors: int) -> Iterator[str | None]:
 
 
 class PipelineRLConfig(SlotConfig):
+    follows: ClassVar[dict[str, str]] = SCHEDULE_FOLLOWS_STEPS
+
     model_path: str = Field(description="initial policy (e.g. the SFT model dir)")
     out_dir: str = Field("runs/pipeline_rl", description="checkpoints, published policies, metrics, local Redis")
     env: EnvConfig
@@ -88,7 +90,9 @@ class PipelineRLConfig(SlotConfig):
         description="actors wait while more than this many items are not yet read; None = items_per_step x "
                     "(max_lag - 1): a round generated on top of more would reach the trainer stale (2048 without "
                     "max_lag)")
-    trainer: TrainerConfig = TrainerConfig(lr=1e-4, micro_token_budget=16384, max_seq_len=512)
+    trainer: TrainerConfig = Field(
+        TrainerConfig(lr=1e-4, micro_token_budget=16384, max_seq_len=512),
+        description="optimisation settings: a partial mapping changes only what it names; total_steps follows steps")
     launcher: Literal["in_process", "torchrun"] = Field(
         "in_process", description="torchrun: each stage trains on `nproc` ranks (rank 0 reads the stream)")
     nproc: int = bounded(2, ge=1, le=MAX_PROCESSES, description="ranks per stage under torchrun")

@@ -4,12 +4,12 @@ in checkpointed stages, with an evaluation after every stage."""
 from __future__ import annotations
 
 from contextlib import nullcontext
-from typing import Literal
+from typing import ClassVar, Literal
 
 from prefect import flow, get_run_logger
 from pydantic import Field, model_validator
 
-from flows.common import TrainingConfig, held, require_model_dir
+from flows.common import SCHEDULE_FOLLOWS_STEPS, TrainingConfig, held, require_model_dir
 from flows.loggers import wandb_spec
 from flows.staging import run_stages
 from flows.vllm_inference import VLLMSettings, vllm_inference
@@ -24,6 +24,8 @@ from tasks.evaluation import evaluate_policy
 
 
 class RLTrainConfig(TrainingConfig):
+    follows: ClassVar[dict[str, str]] = SCHEDULE_FOLLOWS_STEPS
+
     model_path: str = Field(description="initial policy (e.g. the SFT model dir)")
     out_dir: str = Field("runs/rl", description="checkpoints and metrics")
     env: EnvConfig
@@ -34,7 +36,9 @@ class RLTrainConfig(TrainingConfig):
     schedule: SeedSchedule = Field(SeedSchedule(start=1_000), description="env seeds of consecutive steps")
     steps: int = bounded(20, ge=1, le=MAX_STEPS, description="optimizer steps")
     steps_per_stage: int = bounded(10, ge=1, le=MAX_STEPS, description="each stage ends in a checkpoint")
-    trainer: TrainerConfig = TrainerConfig(lr=1e-4, micro_token_budget=16384, max_seq_len=512)
+    trainer: TrainerConfig = Field(
+        TrainerConfig(lr=1e-4, micro_token_budget=16384, max_seq_len=512),
+        description="optimisation settings: a partial mapping changes only what it names; total_steps follows steps")
     inference: Literal["local", "vllm"] = Field(
         "local", description="local = in-process LocalChatClient (no server); vllm = a vLLM server, see `vllm`")
     vllm: VLLMSettings = Field(VLLMSettings(), description="the vLLM server (inference: vllm only)")

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from prefect import flow
 from pydantic import Field
 
-from flows.common import TrainingConfig, held, require_model_dir, require_path
+from flows.common import SCHEDULE_FOLLOWS_STEPS, TrainingConfig, held, require_model_dir, require_path
 from flows.loggers import wandb_spec
 from flows.staging import run_stages
 from ludic_core.bounds import MAX_BATCH, MAX_STEPS, bounded
@@ -17,6 +17,8 @@ from tasks.artifacts import learning_curve_artifact
 
 
 class SFTFlowConfig(TrainingConfig):
+    follows: ClassVar[dict[str, str]] = SCHEDULE_FOLLOWS_STEPS
+
     model_path: str = Field(description="initial weights (HF model dir)")
     dataset_path: str = Field(description="a rejection_sampling dataset, any `datasets` directory or a .jsonl file "
                                           "with chat `messages` (loss on assistant turns)")
@@ -27,14 +29,17 @@ class SFTFlowConfig(TrainingConfig):
     steps: int = bounded(400, ge=1, le=MAX_STEPS, description="optimizer steps")
     steps_per_stage: int = bounded(100, ge=1, le=MAX_STEPS, description="each stage ends in a checkpoint")
     batch_size: int = bounded(64, ge=1, le=MAX_BATCH, description="examples per optimizer step")
-    trainer: TrainerConfig = TrainerConfig(lr=2e-3, warmup_steps=10, schedule="cosine", total_steps=400,
-                                           micro_token_budget=16384, max_seq_len=512)
+    trainer: TrainerConfig = Field(
+        TrainerConfig(lr=2e-3, warmup_steps=10, schedule="cosine", total_steps=400,  # = steps (it follows them)
+                      micro_token_budget=16384, max_seq_len=512),
+        description="optimisation settings: a partial mapping changes only what it names; total_steps follows steps")
     progress_bar: bool = Field(False, description="console progress bars for the stages")
     wandb_block: str | None = Field(None, description="name of a WandbSettings block: log the stages to wandb")
 
     def preflight(self) -> None:
         require_model_dir("model_path", self.model_path)
-        require_path("dataset_path", self.dataset_path, "dataset")
+        require_path("dataset_path", self.dataset_path, "dataset",
+                     "; the rejection_sampling flow writes one (its out_dir/dataset), or give a .jsonl file")
 
 
 @flow(name="sft")

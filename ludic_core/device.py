@@ -107,10 +107,10 @@ def attention_backends(device: torch.device) -> ContextManager[Any]:
 
     Our shapes change on every call (decode steps, length-sorted micro-batches),
     and cuDNN's SDPA plans each new shape on the host (~3 ms per layer call on
-    an H100); flash / memory-efficient attention do not. Measured on one H100,
-    Qwen2.5-0.5B shape: a GRPO step's scoring forward 0.35 -> 0.21 s, the step
-    3.3 -> 2.9 s. The flags are process-wide while the context is open, so a
-    thread that enters it too may briefly run with the defaults: speed only.
+    an H100); flash / memory-efficient attention do not (measured on an H100:
+    docs/results.md, "GPU"). The flags are process-wide while the context is
+    open, so a thread that enters it too may briefly run with the defaults:
+    speed only.
     """
     if device.type != "cuda":
         return contextlib.nullcontext()

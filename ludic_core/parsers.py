@@ -2,8 +2,17 @@
 
 A parser is any `Callable[[str], ParseResult]`. On success `action` is the
 string handed to the env; on failure `action` is None, `obs` is the feedback
-shown to the agent and `reward` is the (negative) format penalty. Rewards are
-intrinsic: they are added to the step's reward so the policy learns the format.
+shown to the agent and `reward` is the format penalty. Rewards are intrinsic:
+they are added to the step's reward so the policy learns the format.
+
+The penalty is 0 unless asked for (`failure_penalty=-1.0`, or `kwargs:
+{failure_penalty: -1}` in a config). The env owns its reward scale: a default
+-1 per malformed reply took a 0/1 env's mean return below 0 and made a correct
+answer after one malformed try score 0 (not a success). With 0, a malformed
+reply earns what an unanswered one does, which already teaches the format (only
+a parsed answer can score), and evaluations count parse errors on their own
+(`parse_error_rate`). Shaping stays one keyword away where a recipe wants it
+(tic-tac-toe: a malformed move costs what an illegal one does).
 """
 
 from __future__ import annotations
@@ -53,7 +62,7 @@ def xml_tag_parser(
     tag: str,
     *,
     success_reward: float = 0.0,
-    failure_penalty: float = -1.0,
+    failure_penalty: float = 0.0,
     exact: bool = False,
 ) -> Parser:
     """Action = stripped content of the *last* `<tag>...</tag>`.
@@ -91,7 +100,7 @@ def xml_tag_parser(
 
 
 def think_prefix_parser(
-    *, success_reward: float = 0.0, failure_penalty: float = -1.0
+    *, success_reward: float = 0.0, failure_penalty: float = 0.0
 ) -> Parser:
     """Require `<think>...</think>` first; the action is what follows it.
 
@@ -136,7 +145,7 @@ def _boxed_contents(text: str) -> list[str]:
 
 
 def boxed_parser(
-    *, success_reward: float = 0.0, failure_penalty: float = -1.0
+    *, success_reward: float = 0.0, failure_penalty: float = 0.0
 ) -> Parser:
     """Action = stripped content of the last balanced `\\boxed{...}` (math answers).
 
@@ -161,7 +170,7 @@ def code_block_parser(
     *,
     language: str | None = "python",
     success_reward: float = 0.0,
-    failure_penalty: float = -1.0,
+    failure_penalty: float = 0.0,
 ) -> Parser:
     """Action = the last fenced code block (```python ... ```), as written.
 

@@ -7,6 +7,7 @@ import pytest
 from ludic_core.parsers import (
     ParseResult,
     boxed_parser,
+    code_block_parser,
     compose_parsers,
     identity_parser,
     think_prefix_parser,
@@ -39,7 +40,16 @@ def test_xml_tag_exact():
     assert p("  <answer> B2 </answer>\n") == ParseResult("B2", 0.0, None)
     assert p("I think <answer>B2</answer>").action is None
     assert p("<answer>B2</answer> ok").action is None
-    assert p("<answer>1</answer><answer>2</answer>") == ParseResult(None, -1.0, ANSWER_OBS)
+    assert p("<answer>1</answer><answer>2</answer>") == ParseResult(None, 0.0, ANSWER_OBS)
+
+
+@pytest.mark.parametrize("parser", [xml_tag_parser("answer"), think_prefix_parser(), boxed_parser(),
+                                    code_block_parser()], ids=["xml_tag", "think_prefix", "boxed", "code_block"])
+def test_a_malformed_reply_costs_nothing_unless_asked(parser):
+    """The env owns the reward scale: no parser adds a penalty by default (a -1
+    took a 0/1 env's mean return below 0); `failure_penalty` asks for one."""
+    r = parser("no format at all")
+    assert r.action is None and r.reward == 0.0 and r.obs.startswith("Invalid format")
 
 
 def test_xml_tag_rejects_bad_tag_name():
@@ -92,7 +102,7 @@ def test_compose_short_circuits_on_first_failure():
         return ParseResult(text)
 
     p = compose_parsers(
-        think_prefix_parser(success_reward=0.25),
+        think_prefix_parser(success_reward=0.25, failure_penalty=-1.0),
         xml_tag_parser("answer", success_reward=0.5, failure_penalty=-1.0),
         never,
     )

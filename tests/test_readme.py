@@ -1,51 +1,62 @@
-"""The README's "Bring your own env" runs as written: its env file and its configs."""
+"""The README guides: its two commands, its demo table, its snippet and its links are true.
+
+Everything else it used to hold lives in docs/ (tests/test_docs.py runs those snippets).
+"""
 
 import re
-from pathlib import Path
 
-import yaml
+from tests.doc_snippets import DOCS, README, ROOT, anchors, blocks, check_command, commands, python_blocks_in
 
-from ludic_core.eval import evaluate_policy
-from ludic_core.inference import ScriptedChatClient
-from ludic_core.recipes.configs import AgentConfig, EnvConfig
+TWO_COMMANDS = (
+    "make demo    # creates .venv, installs, runs the main demo on the embedded default\n"
+    "make test    # creates .venv (and .venv-vllm: vLLM's CPU build), runs the test suite "
+    "(CI runs it, then `make test-heavy`)\n"
+)
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+
+def test_the_readme_is_a_guide_not_a_notebook():
+    lines = README.read_text().splitlines()
+    assert 120 <= len(lines) <= 210, f"the README is {len(lines)} lines; measurements go to docs/results.md"
+    assert not re.search(r"\b(second|third|fourth|fifth|sixth|seventh|eighth) machine\b", README.read_text())
 
 
-def _section() -> str:
+def test_the_two_commands_are_stated_verbatim_and_exist():
     text = README.read_text()
-    start = text.index("### Bring your own env")
-    return text[start:text.index("\n## ", start)]
+    assert f"```bash\n{TWO_COMMANDS}```" in text
+    assert TWO_COMMANDS in (DOCS / "index.md").read_text(), "docs/index.md repeats them word for word"
+    for line in TWO_COMMANDS.splitlines():
+        assert check_command(line.split("#")[0]) is None, line
+    makefile = (ROOT / "Makefile").read_text()
+    assert "\n\t$(VENV)/bin/ludic demo\n" in makefile and "-m pytest" in makefile
 
 
-def test_bring_your_own_env_snippet_runs(tmp_path, monkeypatch):
-    section = _section()
-    assert len(section.strip().splitlines()) < 25, "the README promises a short recipe"
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
-    (tmp_path / "my_pkg").mkdir()
-    (tmp_path / "my_pkg" / "__init__.py").write_text("")
-    (tmp_path / "my_pkg" / "envs.py").write_text(code)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    env_yaml, agent_yaml = re.findall(r"`((?:env|agent): \{.*?\})`", section.replace("\n", " "))
-    env = EnvConfig.model_validate(yaml.safe_load(env_yaml)["env"])
-    agent = AgentConfig.model_validate(yaml.safe_load(agent_yaml)["agent"])
+def test_the_demo_table_is_the_one_in_results():
+    def demo_table(text: str) -> str:
+        return re.search(r"^\| stage \| X legal .*?(?=\n\n)", text, re.S | re.M).group(0)
 
-    def counter(messages):  # a perfect player of Countdown
-        n = int(re.search(r"after (\d+)", messages[-1]["content"]).group(1))
-        return f"<n>{n + 1}</n>"
-
-    m = evaluate_policy(ScriptedChatClient(counter), env, agent, seeds=range(10))
-    assert m["success_rate"] == 1.0 and m["failed"] == 0
-    wrong = evaluate_policy(ScriptedChatClient(lambda msgs: "<n>0</n>"), env, agent, seeds=range(10))
-    assert wrong["success_rate"] == 0.0
+    assert demo_table(README.read_text()) == demo_table((DOCS / "results.md").read_text())
 
 
-def test_humaneval_config_in_the_readme_is_a_valid_evaluate_config():
-    from flows.evaluate import EvaluateConfig
+def test_the_library_snippet_is_the_one_docs_library_runs():
+    """tests/test_docs.py runs docs/library.md's snippet; the README shows the same code."""
+    (readme_snippet,) = python_blocks_in(README)
+    assert readme_snippet == python_blocks_in(DOCS / "library.md", "Rollouts in a few lines")[0]
 
-    text = README.read_text()
-    start = text.index("## Code: a sandbox, a code env, HumanEval")
-    block = re.search(r"```yaml\n(.*?)```", text[start:], re.S).group(1)
-    cfg = EvaluateConfig.model_validate(yaml.safe_load(block))
-    cfg.preflight()  # the env and the policy names resolve
-    assert cfg.env.name == "code_exec" and cfg.samples == 2 and cfg.policy.policy == "code_reference"
+
+def test_the_readme_commands_exist():
+    bad = [(cmd, why) for b in blocks(README) if b.lang == "bash" for cmd in commands(b.code)
+           if (why := check_command(cmd))]
+    assert not bad, bad
+
+
+def test_every_readme_link_points_at_a_file_and_heading_that_exist():
+    links = re.findall(r"\]\(([^)\s]+)\)", README.read_text())
+    assert any(link.startswith("docs/") for link in links)
+    for link in links:
+        if re.match(r"[a-z]+://", link):
+            continue
+        path, _, anchor = link.partition("#")
+        target = ROOT / path
+        assert target.exists(), f"README links to {link}: no such file"
+        if anchor:
+            assert anchor in anchors(target), f"README links to {link}: no such heading"

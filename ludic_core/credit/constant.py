@@ -19,7 +19,7 @@ __all__ = ["ConstantCredit"]
 
 @dataclass
 class ConstantCredit:
-    """out[i][j] = value. Rewards are still checked: a NaN is a bug upstream."""
+    """`out[i][j] = value`. Rewards are still checked: a NaN is a bug upstream."""
 
     value: float = 1.0
 

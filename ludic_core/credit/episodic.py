@@ -17,7 +17,7 @@ __all__ = ["EpisodicReturn"]
 
 @dataclass
 class EpisodicReturn:
-    """out[i][j] = rollouts[i].total_reward for every step j."""
+    """`out[i][j] = rollouts[i].total_reward` for every step j."""
 
     def compute(self, rollouts: Sequence[Rollout]) -> list[list[float]]:
         check_rewards(rollouts)

@@ -17,7 +17,7 @@ __all__ = ["PerStepReward"]
 
 @dataclass
 class PerStepReward:
-    """out[i][j] = rollouts[i].steps[j].reward."""
+    """`out[i][j] = rollouts[i].steps[j].reward`."""
 
     def compute(self, rollouts: Sequence[Rollout]) -> list[list[float]]:
         check_rewards(rollouts)

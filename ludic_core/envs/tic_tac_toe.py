@@ -151,8 +151,7 @@ class TicTacToeEnv(SingleAgentEnv):
     move, so the outcome alone says little about which move lost a game; the
     regret says it at the move. It pulls toward minimax-safe play (never
     losing), the goal of win+draw, not toward exploiting a random opponent.
-    Measured (demo SFT start, GRPO, 45 s, 2 seeds): 0.5 did not beat the plain
-    outcome reward (0.695/0.660 vs 0.728/0.705 mean X/O win+draw; SFT 0.693).
+    What it buys, by start: docs/experiments (2026-11-25 to 2026-11-27).
     """
 
     def __init__(

@@ -10,7 +10,7 @@ checked for syntax here; `ludic_core.recipes.build` resolves them at first use
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
 
@@ -23,7 +23,12 @@ __all__ = ["ComponentConfig", "EnvConfig", "AgentConfig", "SeedSchedule"]
 
 
 class ComponentConfig(FrozenModel):
-    """A parser or context strategy: a registered name or `pkg.mod:Factory`, plus keyword arguments."""
+    """A parser or context strategy: a registered name or `pkg.mod:Factory`, plus keyword arguments.
+
+    Its kwargs belong to its name: a partial mapping naming another component
+    replaces a default one whole (see `FrozenModel`), it never inherits its kwargs."""
+
+    merge_identity: ClassVar[tuple[str, ...]] = ("name",)
 
     name: str = Field(description="registered name or import path 'package.module:Factory'")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for the factory")
@@ -31,7 +36,10 @@ class ComponentConfig(FrozenModel):
 
 class EnvConfig(FrozenModel):
     """An env: a registered name (bundled, or an entry point in group `ludic.envs`)
-    or an import path `package.module:ClassOrFactory`, plus JSON kwargs."""
+    or an import path `package.module:ClassOrFactory`, plus JSON kwargs (which belong to
+    its name: a mapping naming another env replaces a default one whole)."""
+
+    merge_identity: ClassVar[tuple[str, ...]] = ("name",)
 
     name: str = Field(description="e.g. tic_tac_toe, arithmetic, dataset_qa, or 'my_pkg.envs:MyEnv' (a LudicEnv "
                                   "subclass, or a factory annotated to return one)")
@@ -48,7 +56,9 @@ class AgentConfig(FrozenModel):
 
     parser: ComponentConfig = Field(
         ComponentConfig(name="identity"),
-        description="turns a reply into an action: identity | xml_tag {tag} | think_prefix | boxed | import path")
+        description="turns a reply into an action: identity | xml_tag {tag} | think_prefix | boxed | code_block | "
+                    "import path; every one but identity takes failure_penalty (the reward of a malformed reply, "
+                    "default 0: the env's scale)")
     context: ComponentConfig = Field(
         ComponentConfig(name="full_dialog"),
         description="what the model sees: full_dialog | sliding_window {keep_last} | truncated_thinking | import path")

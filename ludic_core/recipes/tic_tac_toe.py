@@ -7,28 +7,23 @@ illegal move) rather than buying a retry: with a one-observation context the
 retry would not even show the board again. The teacher is minimax with a
 fixed tie-break, so its move is a function of the board.
 
-Three choices are measured (tiny-1m, 200 greedy games per seat; the first two at
-400 SFT steps):
+Three choices, each measured on the demo (the numbers, and the runs behind
+them: docs/experiments/2026-11-25-demo-recipes.md; the current table:
+docs/results.md):
 - No system message (`system_prompt: ""`). The model is trained from scratch,
-  so a fixed instruction tells it nothing, yet it was 77 of the 146 tokens of
-  every sequence: without it every stage runs on half the tokens (SFT 477 s ->
-  216 s) and SFT ends better (X win+draw 0.84 -> 0.88). A pretrained model
-  would want the env's prompt: leave `system_prompt` None for one.
+  so a fixed instruction tells it nothing, yet it was half of every sequence's
+  tokens. A pretrained model would want the env's prompt: leave
+  `system_prompt` None for one.
 - Keep wins and draws (`min_return: 0.5`). Wins only throws away most of O's
-  games (its wins are rarer) and every board where the game heads to a draw;
-  keeping draws took X win+draw 0.88 -> 0.925 and O 0.66 -> 0.795.
+  games (its wins are rarer) and every board where the game heads to a draw.
 - 800 SFT steps, not 400 (the cosine schedule stretched to match): 400 steps
-  left the model undertrained and at the mercy of the data order (O 0.545 to
-  0.795 by shuffle); 800 took X 0.84 -> 1.00 and O 0.545 -> 0.96 (seed 0),
-  for 70 s more.
+  left the model undertrained and at the mercy of the data order.
 
-RL starts from that near-perfect SFT model, so its stage can mostly do harm:
-at lr 1e-4 (Recipe's default) 30 GRPO steps cost 0.023 of mean X/O win+draw
-(3 seeds, 0.935 start); at 3e-5 they cost 0.010-0.012, level with SFT within
-a 400-game evaluation's error. RL trains on the env's minimax-regret move
-shaping (0.5; RL's env only: the teacher's moves have no regret, and the
-evaluation scores outcomes): level with the outcome reward from this start,
-+0.012 over it from 128-game starts with room to gain (README).
+RL starts from that near-perfect SFT model, so its stage can mostly do harm;
+a low learning rate (`rl_lr` 3e-5) keeps it level with SFT. RL trains on the
+env's minimax-regret move shaping (0.5; RL's env only: the teacher's moves
+have no regret, and the evaluation scores outcomes), which helps from starts
+with room to gain (docs/experiments/2026-11-27-rl-from-the-demo-start.md).
 
 The helpers below are thin wrappers over the generic seam
 (`ludic_core.recipes.build`), kept for benchmarks and tests that run the
@@ -62,7 +57,9 @@ __all__ = [
 #: "<move>5</move>" is 14 bytes + eos; a little slack lets a confused model fail visibly.
 MAX_TOKENS = 24
 ENV = EnvConfig(name="tic_tac_toe", kwargs={"opponent": "random", "agent_mark": "alternate"})
-AGENT = AgentConfig(system_prompt="", parser=ComponentConfig(name="xml_tag", kwargs={"tag": "move"}),
+# A malformed move costs what an illegal one does (-1; the parsers' default penalty is 0).
+AGENT = AgentConfig(system_prompt="", parser=ComponentConfig(name="xml_tag", kwargs={"tag": "move",
+                                                                                    "failure_penalty": -1.0}),
                     context=ComponentConfig(name="sliding_window", kwargs={"keep_last": 1}),
                     sampling=SamplingConfig(max_tokens=MAX_TOKENS), max_turns=9, max_parse_failures=1)
 

@@ -51,7 +51,7 @@ def test_parse_failure_is_a_synthetic_step_and_env_is_not_stepped():
 
 
 def test_max_steps_truncation_is_recorded():
-    agent = Agent(ScriptedChatClient(lambda msgs: "garbage"), parser=xml_tag_parser("move"))
+    agent = Agent(ScriptedChatClient(lambda msgs: "garbage"), parser=xml_tag_parser("move", failure_penalty=-1.0))
     (r,) = asyncio.run(SingleAgentSyncProtocol(agent).run(TicTacToeEnv(), max_steps=3, env_seed=1))
     assert r.length == 3 and r.meta["truncated"] and r.steps[-1].truncated
     assert r.total_reward == pytest.approx(-3.0)
@@ -120,7 +120,7 @@ def test_context_overflow_ends_the_episode_truncated_not_failed(tiny_model_dir):
 
 
 def test_max_parse_failures_ends_the_episode_truncated():
-    agent = Agent(ScriptedChatClient(lambda msgs: "no move"), parser=xml_tag_parser("move"))
+    agent = Agent(ScriptedChatClient(lambda msgs: "no move"), parser=xml_tag_parser("move", failure_penalty=-1.0))
     proto = SingleAgentSyncProtocol(agent, max_parse_failures=2)
     (r,) = asyncio.run(proto.run(TicTacToeEnv(), max_steps=9, env_seed=0))
     assert r.length == 2 and r.meta["parse_failure_limit"] and r.meta["truncated"]
@@ -147,3 +147,28 @@ def test_system_prompt_none_is_the_envs_and_empty_is_none(system_prompt, expecte
     system = [m["content"] for m in seen[0] if m["role"] == "system"]
     assert system == ([] if expected is None else [expected])
     assert seen[0][-1]["role"] == "user" and "Board" in seen[0][-1]["content"]
+
+
+def test_a_malformed_try_leaves_a_0_1_envs_return_in_0_1():
+    """A 0/1 env with the default parser penalty: one malformed reply, then the right
+    answer, is a return of 1 and a success; only-malformed replies are 0, not negative.
+    Parse errors are still reported, as their own rate."""
+    from ludic_core.envs.arithmetic import ArithmeticEnv, arithmetic_oracle
+    from ludic_core.eval.reducers import episode_metrics
+
+    oracle = arithmetic_oracle()
+
+    def late(messages):  # malformed first, then the oracle's answer to the question (the first user message)
+        question = next(i for i, m in enumerate(messages) if m["role"] == "user")
+        return oracle(messages[:question + 1]) if messages[-1]["content"].startswith("Invalid") else "not sure"
+
+    def run(reply):
+        agent = Agent(ScriptedChatClient(reply), parser=xml_tag_parser("answer"))
+        return asyncio.run(SingleAgentSyncProtocol(agent).run(ArithmeticEnv(n=10, seed=0), max_steps=2, env_seed=3))
+
+    (late_right,) = run(late)
+    (never,) = run(lambda messages: "no tags")
+    assert [s.info.get("parse_error", False) for s in late_right.steps] == [True, False]
+    assert late_right.total_reward == 1.0 and never.total_reward == 0.0
+    m = episode_metrics([late_right, never])
+    assert m["mean_return"] == 0.5 and m["success_rate"] == 0.5 and m["parse_error_rate"] == 0.75

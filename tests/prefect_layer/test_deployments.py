@@ -189,6 +189,43 @@ def test_invalid_parameters_rejected_at_trigger_time(client, cfg, field):
     assert field in detail, detail
 
 
+def test_a_failed_runs_reason_reaches_the_cli_that_watched_it(deployed, tmp_path):
+    """A run that fails on the worker (here: a fresh clone's missing tiny model) tells
+    the person who triggered it why, and how to fix it: `ludic run FLOW --deployment`
+    and `ludic watch RUN` end with the state's message (exit code 1), and Prefect's own
+    `deployment run --watch` prints the flow's error, since the server (started in the
+    checkout, so reading prefect.toml) streams run logs to watchers."""
+    import re
+    import sys
+
+    import yaml
+
+    env = {**deployed[3], "COLUMNS": "1000"}  # rich would wrap the long error line
+    missing = tmp_path / "runs" / "models" / "tiny-1m"
+    cfg = {"model_path": str(missing), "dataset_path": str(tmp_path), "out_dir": str(tmp_path / "sft")}
+    reason = f"build it with `ludic model tiny --out {missing}`"
+    (cfg_file := tmp_path / "sft.yaml").write_text(yaml.safe_dump(cfg))
+
+    def ludic(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=300, stdin=subprocess.DEVNULL)
+
+    res = ludic("run", "sft", "--deployment", "--config", str(cfg_file))
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]
+    last = res.stderr.strip().splitlines()[-1]
+    assert "(sft/sft) finished Failed" in last and "FileNotFoundError" in last and reason in last, res.stderr
+    assert reason in res.stdout  # the run's own log lines, as they arrived
+    run_id = re.search(r"started flow run '[^']+' \(([0-9a-f-]{36})\)", res.stdout)[1]
+
+    res = ludic("watch", run_id)  # a run started elsewhere (the UI, `prefect deployment run`)
+    assert res.returncode == 1 and reason in res.stderr.strip().splitlines()[-1], res.stderr
+
+    out = subprocess.run([*PREFECT, "deployment", "run", "sft/sft", "--params", json.dumps({"cfg": cfg}), "--watch"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert out.returncode == 1 and "finished in state 'Failed'" in out.stdout + out.stderr
+    assert reason in out.stdout, out.stdout[-3000:]
+
+
 # --- acceptance: a user's env in its own package, outside the project -----------------
 
 COUNTING_ENV = '''"""A user's env, in its own package: count up from seed % 5, one number per turn."""

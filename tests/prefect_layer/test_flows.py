@@ -17,10 +17,15 @@ from ludic_core.config import TrainerConfig
 from ludic_core.recipes.policy import ScriptedPolicy
 from ludic_core.recipes.tic_tac_toe import AGENT, ENV
 from ludic_core.rejection import KeepRule
+from ludic_core.training.schedules import lr_multiplier
 
 
 def _steps(metrics: Path) -> list[int]:
     return [json.loads(line)["step"] for line in metrics.read_text().splitlines() if line.strip()]
+
+
+def _lrs(metrics: Path) -> list[float]:
+    return [json.loads(line)["lr"] for line in metrics.read_text().splitlines() if line.strip()]
 
 
 def _rs_cfg(student: Path, out: Path, prompts: int) -> RejectionSamplingConfig:
@@ -70,10 +75,16 @@ def _sft_cfg(model: Path, dataset: str, out: Path, **kw) -> SFTFlowConfig:
 
 
 def test_sft_flow_runs_in_stages_and_a_rerun_skips_them(prefect_api, tiny_model_dir, dataset, tmp_path):
-    cfg = _sft_cfg(tiny_model_dir, dataset, tmp_path, steps=4, steps_per_stage=2)
+    """Given a dict, as a deployment's run is: its partial `trainer` changes only the
+    lr, so the flow's own warmup (10 steps) and cosine decay over `steps` stay, as
+    each step's lr shows (TrainerConfig's class defaults would give 1e-3 throughout)."""
+    cfg = {"model_path": str(tiny_model_dir), "dataset_path": dataset, "out_dir": str(tmp_path), "batch_size": 8,
+           "steps": 4, "steps_per_stage": 2, "trainer": {"lr": 1e-3, "checkpoint_every": 1}}
     model = sft(cfg)
     assert Path(model, "model.safetensors").exists() and "step_00000004" in model
     assert _steps(tmp_path / "metrics.jsonl") == [1, 2, 3, 4]
+    warmup = lr_multiplier("cosine", warmup_steps=10, total_steps=4)
+    assert _lrs(tmp_path / "metrics.jsonl") == pytest.approx([1e-3 * warmup(step) for step in (1, 2, 3, 4)])
     assert sft(cfg) == model  # every stage's checkpoint exists: nothing is trained again
     assert _steps(tmp_path / "metrics.jsonl") == [1, 2, 3, 4]
 
