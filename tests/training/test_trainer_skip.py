@@ -247,5 +247,7 @@ def test_skipping_under_two_fsdp_ranks(tiny_model_dir, tmp_path):
         _assert_same_grads(grads(t1["on"]), grads(got))
         for k in t1["on"]:
             if k.startswith("weight."):
-                # round-off in the first gradient, through Adam (2.4e-7 seen; a step moves 1e-2)
-                assert float((t1["on"][k] - got[k]).abs().max()) < 1e-5, k
+                # Adam's second step divides by sqrt(v): round-off in the first gradient (1 rank or 2,
+                # packed or padded) moved some weights by up to 8.7e-5 in CI. A skipped step that
+                # AdamW did not apply (no moment or weight decay) moves them by ~lr = 1e-2.
+                assert float((t1["on"][k] - got[k]).abs().max()) < 1e-3, k
