@@ -44,12 +44,17 @@ BUNDLED: dict[str, dict[str, str]] = {
         "arithmetic": "ludic_core.envs.arithmetic:ArithmeticEnv",
         "dataset_qa": "ludic_core.envs.dataset_file:dataset_qa_env",
         "code_exec": "ludic_core.envs.code_exec.env:CodeExecEnv",
+        "textarena": "ludic_core.envs.textarena.env:TextArenaEnv",
+        "textarena_vs_opponent": "ludic_core.envs.textarena.env:TextArenaOpponentEnv",
+        "verifiers": "ludic_core.envs.verifiers_taskset:VerifiersTasksetEnv",
     },
     "policy": {
         "tic_tac_toe_minimax": "ludic_core.envs.tic_tac_toe:minimax_teacher",
         "tic_tac_toe_random": "ludic_core.envs.tic_tac_toe:random_player",
         "arithmetic_oracle": "ludic_core.envs.arithmetic:arithmetic_oracle",
         "code_reference": "ludic_core.envs.code_exec.problems:reference_solver",
+        "textarena_random": "ludic_core.envs.textarena.players:textarena_random",
+        "textarena_tic_tac_toe_minimax": "ludic_core.envs.textarena.players:textarena_tic_tac_toe_minimax",
     },
     "tool": {},
     "parser": {
