@@ -173,8 +173,9 @@ class TrainerConfig(FrozenModel):
         True, description="give items of weight 0 no forward or backward pass when the loss declares them inert "
         "(clipped surrogate, REINFORCE, GSPO, CISPO; not with a KL or entropy term): the same gradient, less compute")
     packing: bool = Field(
-        True, description="lay items end to end in each micro-batch's rows (no padding between them); "
-        "checked once against padded rows, padded if the model mixes packed items")
+        False, description="lay items end to end in each micro-batch's rows (no padding between them) where that "
+        "computes fewer positions; checked once against padded rows. Off by default: on the CPU (sdpa, dense "
+        "document masks) it measured 1.10-1.25x slower (docs/results.md); meant for GPU attention kernels")
     grad_checkpointing: bool = False
     device: str = Field("auto", pattern=_DEVICE_PATTERN, description=_DEVICE_DOC + "; torchrun ranks use their local GPU")
     dtype: Literal["auto", "float32", "bfloat16"] = Field(

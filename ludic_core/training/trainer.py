@@ -137,16 +137,27 @@ class Trainer:
 
     def _micro_batches(self, items: list[SAWItem]) -> list[MicroBatch]:
         mine = dist_utils.shard_batch(items, self.ctx)
-        collate = pack_micro_batches if self.packing else collate_micro_batches
-        mbs = collate(mine, micro_token_budget=self.cfg.micro_token_budget, pad_id=self.pad_id) if mine else []
+        mbs = self._collate(mine) if mine else []
         # FSDP ranks must run the same number of forward/backward passes.
         target = _all_reduce_max(len(mbs), self.ctx)
         while len(mbs) < target:
-            template = mbs[-1] if mbs else collate(items[:1], micro_token_budget=1, pad_id=self.pad_id)[0]
+            template = mbs[-1] if mbs else self._collate(items[:1])[0]
             mbs.append(_zero_weight_copy(template))
-        if self.packing and not self._packing_checked and mbs and not self._packing_holds(mbs[0]):
+        if (self.packing and not self._packing_checked and mbs and mbs[0].packed is not None
+                and not self._packing_holds(mbs[0])):
             return self._micro_batches(items)  # now padded
         return mbs
+
+    def _collate(self, items: list[SAWItem]) -> list[MicroBatch]:
+        """Packed or padded micro-batches, whichever computes fewer positions (each
+        micro-batch counted with a forward's fixed cost): items too long to share rows
+        pack no better than length-sorted padding, and then padding is kept."""
+        budget = self.cfg.micro_token_budget
+        padded = collate_micro_batches(items, micro_token_budget=budget, pad_id=self.pad_id)
+        if not self.packing:
+            return padded
+        packed = pack_micro_batches(items, micro_token_budget=budget, pad_id=self.pad_id)
+        return packed if _positions(packed) < _positions(padded) else padded
 
     def _packing_holds(self, mb: MicroBatch) -> bool:
         """Once per run, on every rank: do the packed rows give each item the log-probs
@@ -407,6 +418,12 @@ def _all_reduce_max(n: int, ctx: dist_utils.DistContext) -> int:
     t = torch.tensor([n], dtype=torch.long, device=ctx.device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return int(t.item())
+
+
+def _positions(mbs: list[MicroBatch], per_forward: int = 256) -> int:
+    """What a list of micro-batches costs: positions computed, plus a forward's fixed
+    cost (the token equivalent `collate_micro_batches` cuts by)."""
+    return sum(mb.padded_tokens + per_forward for mb in mbs)
 
 
 def _is_pad(mb: MicroBatch) -> bool:

@@ -104,3 +104,17 @@ def test_a_model_that_mixes_packed_items_trains_padded(tiny_model_dir, caplog):
     off, g_off = _step_with_grads(_trainer(plain, tok, make_grpo(), packing=False))
     _assert_same_grads(g_on, g_off)
     assert on["padding_waste"] == off["padding_waste"]
+
+
+def test_items_that_cannot_share_rows_stay_padded(tiny_model_dir):
+    """One item of 100 tokens and twenty of 60: no two fit a row of 100, so packing would
+    compute 21 x 100 positions where length-sorted padding computes 100 + 20 x 60."""
+    model, tok = load_model_and_tokenizer(tiny_model_dir)
+    g = torch.Generator().manual_seed(0)
+    items = [SAWItem(torch.randint(4, 200, (n,), generator=g).tolist(), [1] * n, [0] * (n - 4) + [1] * 4, 1.0, {})
+             for n in [100] + [60] * 20]
+    shapes: list[tuple[int, int]] = []
+    model.register_forward_pre_hook(lambda _m, _a, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+    cfg = TrainerConfig(dtype="float32", micro_token_budget=10_000, max_seq_len=512, packing=True)
+    m = Trainer(model, make_reinforce(), _Batches(SAWBatch(items)), cfg, tokenizer=tok).train_step()
+    assert sorted(shapes) == [(1, 100), (20, 60)] and m["padding_waste"] == 0.0
