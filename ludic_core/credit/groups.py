@@ -24,6 +24,11 @@ def group_indices(
 ) -> dict[Hashable, list[int]]:
     """Map each group_id to the indices of its rollouts, in first-seen order.
 
+    In a multi-agent batch (rollouts of more than one `meta["agent_id"]`) the key
+    is (group_id, agent_id): each seat of a game is compared with the same seat of
+    the group's other games, never with its opponent (whose return is often the
+    negative of its own).
+
     Raises ValueError naming the offending rollouts / groups.
     """
     failed = [r.id for r in rollouts if r.failed]
@@ -33,11 +38,12 @@ def group_indices(
             "filter failed episodes out before assigning credit"
         )
     groups: dict[Hashable, list[int]] = {}
+    seats = len({r.meta.get("agent_id") for r in rollouts}) > 1
     for i, r in enumerate(rollouts):
         gid = r.meta.get("group_id")
         if gid is None:
             raise ValueError(f"rollout {r.id} has no meta['group_id'] (needed for group credit)")
-        groups.setdefault(gid, []).append(i)
+        groups.setdefault((gid, r.meta.get("agent_id")) if seats else gid, []).append(i)
     if not allow_singletons:
         for gid, idx in groups.items():
             if len(idx) == 1:

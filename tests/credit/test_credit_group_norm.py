@@ -85,3 +85,16 @@ def test_bad_config():
         GroupNormalizedReturn(expected_group_size=1)
     with pytest.raises(ValueError, match="eps"):
         GroupNormalizedReturn(eps=-1.0)
+
+
+def test_self_play_seats_are_grouped_apart():
+    # two games of one group, two seats: X wins game 1, O wins game 2 (returns +1/-1).
+    # Per seat: X R = [1, -1] -> A = [+1, -1]; O R = [-1, 1] -> A = [-1, +1] (eps 0).
+    # Pooled, the group would hold 4 rollouts of mean 0, and its size check would refuse it.
+    rs = [rollout([1], "g", agent_id="X"), rollout([-1], "g", agent_id="O"),
+          rollout([-1], "g", agent_id="X"), rollout([1], "g", agent_id="O")]
+    out = GroupNormalizedReturn(eps=0.0, expected_group_size=2).compute(rs)
+    assert out == [[1.0], [-1.0], [-1.0], [1.0]]
+    # one seat alone (single-agent envs name their agent too) keys by the group only
+    solo = [rollout([1], "g", agent_id="agent"), rollout([0], "g", agent_id="agent")]
+    assert GroupNormalizedReturn(eps=0.0, expected_group_size=2).compute(solo) == [[1.0], [-1.0]]
