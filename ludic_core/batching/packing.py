@@ -1,10 +1,9 @@
 """Packed micro-batches: several items per row, no padding between them.
 
 Length-sorted cutting (`collate_micro_batches`) still pads each row to the
-longest of its micro-batch; when lengths vary (multi-turn dialogs, mixed
-prompts) that is a third or more of the computed positions. Here items are
-laid end to end in rows as wide as the micro-batch's longest item (first fit,
-longest first), and each item's `position_ids` restart at 0. An HF model given
+longest of its micro-batch, or cuts more, smaller micro-batches to avoid it.
+Here items are laid end to end in rows as wide as the micro-batch's longest
+item (first fit, longest first), and each item's `position_ids` restart at 0. An HF model given
 `position_ids` and no `attention_mask` reads the restarts as document
 boundaries and masks attention block-diagonally (`transformers.masking_utils`:
 a dense mask under sdpa, a block-sparse one under `flex_attention`), so each

@@ -166,8 +166,8 @@ class Trainer:
         check is conclusive once some rank has a row holding two or more items."""
         rows = mb.packed
         step = rows.input_ids.shape[1] - 1  # each row's share of the flattened index
-        row_of = (rows.index[:, 0] // step).tolist()
-        row = max(set(row_of), key=row_of.count)  # the row holding the most items
+        row_of = (rows.index[:, 0] // step).tolist() if step > 0 else []
+        row = max(set(row_of), key=row_of.count) if row_of else 0  # the row holding the most items
         members = [b for b, r in enumerate(row_of) if r == row]
         fail, conclusive = 0.0, float(len(members) > 1)
         if conclusive:
