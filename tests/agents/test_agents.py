@@ -150,7 +150,7 @@ def test_length_finish_is_a_truncation_failure():
 
 def test_parse_failure_obs_and_context_with_truncated_thinking():
     client = ScriptedClient(resp("<think>long</think>no tags"), resp("<think>again</think><answer>1</answer>"))
-    agent = Agent(client, parser=xml_tag_parser("answer"), context=TruncatedThinkingContext())
+    agent = Agent(client, parser=xml_tag_parser("answer", failure_penalty=-1.0), context=TruncatedThinkingContext())
     agent.reset()
     agent.on_env_reset("o", {})
     first = run(agent.act())

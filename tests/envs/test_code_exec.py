@@ -130,7 +130,7 @@ def test_bad_settings_are_named():
 def test_code_block_parser():
     from ludic_core.parsers import code_block_parser
 
-    parse = code_block_parser()
+    parse = code_block_parser(failure_penalty=-1.0)
     text = "Here:\n```python\ndef f():\n    return 1\n```\nand again\n```\ndef f():\n    return 2\n```"
     assert parse(text).action == "def f():\n    return 2\n"
     assert parse("```js\nlet x = 1\n```").ok is False
