@@ -173,13 +173,17 @@ def test_demo_chain_runs_end_to_end_through_prefect(tmp_path):
 def test_run_as_a_deployment_checks_the_config_here_first(tmp_path, monkeypatch, capsys):
     """`ludic run FLOW --config FILE --deployment`: a bad field is named before any server
     is asked; a good config with no server configured says which setting is missing."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
     from flows.cli import main
 
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     bad, good = tmp_path / "bad.yaml", tmp_path / "good.yaml"
     bad.write_text("model_path: m\ndataset_path: d\ntrainer: {lr: 0.001, learning_rate: 0.1}\n")
     good.write_text("model_path: m\ndataset_path: d\ntrainer: {lr: 0.001}\n")
-    assert main(["run", "sft", "--config", str(bad), "--deployment"]) == 2
-    assert "trainer.learning_rate" in capsys.readouterr().err
-    assert main(["run", "sft", "--config", str(good), "--deployment"]) == 2
-    assert "PREFECT_API_URL" in capsys.readouterr().err
+    # No server configured, whatever an earlier test or the user's profile left in Prefect's settings.
+    with temporary_settings(restore_defaults={PREFECT_API_URL}):
+        assert main(["run", "sft", "--config", str(bad), "--deployment"]) == 2
+        assert "trainer.learning_rate" in capsys.readouterr().err
+        assert main(["run", "sft", "--config", str(good), "--deployment"]) == 2
+        assert "PREFECT_API_URL" in capsys.readouterr().err

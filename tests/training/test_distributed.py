@@ -46,7 +46,8 @@ def _worker_module():
 
 
 def _torchrun(*args: str, device: str = "cpu") -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "LUDIC_DEVICE": device}
+    paths = [str(REPO), os.environ.get("PYTHONPATH")]  # the caller's path too (packages installed with --target)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(filter(None, paths)), "LUDIC_DEVICE": device}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(WORKER), *args]
     proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, f"torchrun failed:\n{(proc.stdout + proc.stderr)[-20000:]}"

@@ -220,7 +220,8 @@ def test_on_a_gpu_no_micro_batch_makes_the_host_wait(tiny_model_dir):
 
 def _run_worker(model_dir, out: Path, nproc: int) -> tuple[dict, dict]:
     """{skip: metrics of both steps}, {skip: gradients and final weights} (see _worker_skip.py)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    paths = [str(REPO), os.environ.get("PYTHONPATH")]  # the caller's path too (packages installed with --target)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(filter(None, paths))}
     launch = [] if nproc == 1 else ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
     proc = subprocess.run([sys.executable, *launch, str(SKIP_WORKER), str(model_dir), str(out)],
                           env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
