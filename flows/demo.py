@@ -1,7 +1,7 @@
 """The demo chain: rejection sampling -> SFT -> RL, tiny model, CPU, on a recipe.
 
 The generic flows with one recipe's settings (`ludic_core.recipes`:
-tic-tac-toe by default, or arithmetic): nothing here knows a game. Each
+tic-tac-toe by default, arithmetic, or a reasoning-gym mix): nothing here knows a game. Each
 stage's output path is the next stage's input and is recorded in a lineage
 artifact; evaluations before SFT, after SFT and after RL become a table
 artifact and the flow's return value. Re-running after a crash skips the

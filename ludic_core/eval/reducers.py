@@ -13,7 +13,7 @@ from typing import Any, Callable, Hashable, Iterable, Sequence
 
 from ludic_core.types import Rollout
 
-__all__ = ["pass_at_k", "episode_metrics", "env_metrics"]
+__all__ = ["pass_at_k", "episode_metrics", "env_metrics", "group_key"]
 
 
 def _check_count(name: str, value: int) -> None:
@@ -46,7 +46,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - miss
 
 
-def _group_key(r: Rollout) -> tuple[str, Hashable]:
+def group_key(r: Rollout) -> tuple[str, Hashable]:
     """Samples of one prompt share a group: GRPO's group_id, else the request."""
     for field in ("group_id", "request_index"):
         if r.meta.get(field) is not None:
@@ -68,7 +68,7 @@ def _pass_metrics(
 ) -> dict[str, float]:
     groups: dict[tuple[str, Hashable], list[bool]] = defaultdict(list)
     for r in rollouts:
-        groups[_group_key(r)].append(not r.failed and r.total_reward >= success_threshold)
+        groups[group_key(r)].append(not r.failed and r.total_reward >= success_threshold)
     smallest_key, smallest = min(groups.items(), key=lambda kv: len(kv[1]))
     if k > len(smallest):
         raise ValueError(

@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
 from ludic_core.types import Rollout, Step, StepOutcome, TokenTrace
 
 __all__ = ["TraceCollector"]
+
+
+def _json_values(info: dict[str, Any]) -> dict[str, Any]:
+    """The entries of `info` that are plain JSON: rollouts are written as JSON lines."""
+    out = {}
+    for key, value in info.items():
+        try:
+            json.dumps({key: value}, allow_nan=False)
+        except (TypeError, ValueError):
+            continue
+        out[key] = value
+    return out
 
 
 class TraceCollector:
@@ -24,6 +37,9 @@ class TraceCollector:
         self.obs: dict[str, str] = {a: "" for a in agent_ids}
         self.meta = dict(meta)
         self.unattributed: dict[str, float] = {}
+        #: each agent's info from `env.reset`, kept on its rollout (`meta["reset_info"]`): what the
+        #: episode played (a task, a dataset row) stays known even when no step reached the env
+        self.reset_info: dict[str, dict[str, Any]] = {}
 
     def add_step(
         self, agent_id: str, *, action: str, next_obs: str | None, reward: float,
@@ -76,6 +92,8 @@ class TraceCollector:
             }
             if error is not None:
                 meta["error"] = error
+            if self.reset_info.get(agent_id):
+                meta["reset_info"] = _json_values(self.reset_info[agent_id])
             if agent_id in self.unattributed:
                 meta["unattributed_reward"] = self.unattributed[agent_id]
             out.append(Rollout(steps=steps, meta=meta))

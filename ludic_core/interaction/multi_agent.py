@@ -77,6 +77,7 @@ class MultiAgentProtocol:
             agent.reset(env.suggested_sysprompt if self.system_prompt is None else self.system_prompt or None)
             agent.on_env_reset(obs, info)
             col.obs[agent_id] = obs
+            col.reset_info[agent_id] = dict(info or {})
         for t in range(max_steps):
             active = env.active_agents()
             if not active:

@@ -1,8 +1,8 @@
 """A recipe: one env's settings for the whole chain, stated once.
 
 rejection sampling -> SFT -> RL -> evaluation take the same env and agent, so
-a recipe is just those configs plus the teacher and the keep rule. Tic-tac-toe
-and arithmetic are two such values (`RECIPES`), not code paths: the flows
+a recipe is just those configs plus the teacher and the keep rule. Tic-tac-toe,
+arithmetic and reasoning-gym are such values (`RECIPES`), not code paths: the flows
 that run them are the ones a user runs on their own env.
 """
 
@@ -47,12 +47,12 @@ class Recipe(FrozenModel):
 
 
 def _recipes() -> dict[str, Recipe]:
-    from ludic_core.recipes import arithmetic, tic_tac_toe
+    from ludic_core.recipes import arithmetic, reasoning_gym, tic_tac_toe
 
-    return {"tic_tac_toe": tic_tac_toe.RECIPE, "arithmetic": arithmetic.RECIPE}
+    return {"tic_tac_toe": tic_tac_toe.RECIPE, "arithmetic": arithmetic.RECIPE, "reasoning_gym": reasoning_gym.RECIPE}
 
 
-RECIPES: tuple[str, ...] = ("tic_tac_toe", "arithmetic")
+RECIPES: tuple[str, ...] = ("tic_tac_toe", "arithmetic", "reasoning_gym")
 
 
 def get_recipe(name: str) -> Recipe:
