@@ -14,6 +14,8 @@ Sections (`--sections`, all by default):
   each, 32k-token budget). tok/s counts real (non-pad) tokens; MFU =
   6 * N * tok/s / peak (989 TFLOP/s: H100 bf16 dense); peak memory is
   torch.cuda.max_memory_allocated over one step (resident = weights + AdamW).
+  A third contestant packs every micro-batch (`batching.packing`) under
+  `--packed-attn` (FlexAttention on CUDA: block-sparse document masks).
 - generate: `LocalChatClient` vs `model.generate` on one bf16 model, batch 64
   and 128, exactly 128 new tokens per row (the client's eos set is replaced by
   an impossible id; generate gets min_new_tokens == max_new_tokens), pure
@@ -120,7 +122,7 @@ def interleave(contestants: dict[str, Callable], repeats: int, device: torch.dev
                on_oom: Callable[[], None] = lambda: None):
     """Warm each up once, then run A B, B A, ...; per name: (seconds list, peak bytes, resident bytes).
 
-    A contestant that runs out of GPU memory is reported as OOM and not run again.
+    A contestant that runs out of GPU memory (or fails: printed) is reported as OOM and not run again.
     """
     times = {k: [] for k in contestants}
     peak = {k: 0 for k in contestants}
@@ -139,6 +141,9 @@ def interleave(contestants: dict[str, Callable], repeats: int, device: torch.dev
             try:
                 contestants[name]()
             except torch.cuda.OutOfMemoryError:
+                oom.add(name)
+            except Exception as exc:  # noqa: BLE001 - one contestant's failure must not end the others' run
+                print(f"{name} failed and is left out: {type(exc).__name__}: {str(exc)[:300]}")
                 oom.add(name)
             if name in oom:  # outside the except: its traceback no longer pins the step's tensors
                 on_oom()
@@ -195,6 +200,33 @@ def bare_step(model, opt, mbs, num_tokens: float, device: torch.device) -> None:
     opt.zero_grad(set_to_none=True)
 
 
+def with_attention(model, implementation: str, step: Callable[[], object]) -> Callable[[], None]:
+    """`step` run with the model's attention switched to `implementation`, then back."""
+    def run() -> None:
+        before = model.config._attn_implementation
+        model.set_attn_implementation(implementation)
+        try:
+            step()
+        finally:
+            model.set_attn_implementation(before)
+    return run
+
+
+def PackedTrainer(*args, **kwargs):
+    """A Trainer that packs every micro-batch, even where padding computes fewer positions."""
+    from ludic_core.batching.packing import pack_micro_batches
+    from ludic_core.training.trainer import Trainer
+
+    class Packed(Trainer):
+        def _collate(self, items):
+            return pack_micro_batches(items, micro_token_budget=self.cfg.micro_token_budget, pad_id=self.pad_id)
+    return Packed(*args, **kwargs)
+
+
+def _positions_of(mbs) -> int:
+    return sum((mb.packed.input_ids if mb.packed is not None else mb.input_ids).numel() for mb in mbs)
+
+
 def section_trainer(args, s: Sizes, device: torch.device) -> None:
     from ludic_core.algorithms import make_reinforce
     from ludic_core.batching.collate import collate_micro_batches
@@ -214,6 +246,11 @@ def section_trainer(args, s: Sizes, device: torch.device) -> None:
         "ludic Trainer": trainer.train_step,
         "bare bf16 loop": lambda: bare_step(trainer.model, trainer.optimizer, mbs, num_tokens, device),
     }
+    attn = args.packed_attn or ("flex_attention" if device.type == "cuda" else "sdpa")
+    if attn != "none":  # the same model again, always packed rows under a document mask (its own AdamW)
+        packed = PackedTrainer(model, make_reinforce(), FixedSource(items), cfg.model_copy(update={"packing": True}),
+                               tokenizer=tok)
+        contestants[f"packed, {attn.split('_')[0]}"] = with_attention(packed.model, attn, packed.train_step)
     times, peak, resident, oom = interleave(contestants, args.repeats or s.train_steps, device,
                                             on_oom=lambda: trainer.optimizer.zero_grad(set_to_none=True))
     lengths = sorted(len(i) for i in items)
@@ -233,11 +270,17 @@ def section_trainer(args, s: Sizes, device: torch.device) -> None:
         mfu = f"{6 * n_params * tps[name] / (args.peak_tflops * 1e12) * 100:.1f}%" if device.type == "cuda" else "n/a"
         mem = (gib(peak[name]), gib(resident[name])) if device.type == "cuda" else ("n/a", "n/a")
         print(f"{name:<18}{med:>9.3f}{tps[name]:>9.0f}{mfu:>7}{mem[0]:>10}{mem[1]:>9}")
-    if len(tps) == 2:
-        line = f"ratio (Trainer / bare) tok/s: {tps['ludic Trainer'] / tps['bare bf16 loop']:.2f}x"
+    base = "bare bf16 loop"
+    for name in (n for n in tps if n != base and base in tps):
+        line = f"ratio ({name} / bare) tok/s: {tps[name] / tps[base]:.2f}x"
         if device.type == "cuda":
-            line += f"   peak memory: {peak['ludic Trainer'] / peak['bare bf16 loop']:.2f}x"
+            line += f"   peak memory: {peak[name] / peak[base]:.2f}x"
         print(line)
+    if attn != "none":
+        rows = packed._collate(items)
+        print(f"packed contestant: {len(rows)} micro-batches of {[tuple(mb.packed.input_ids.shape) for mb in rows]}, "
+              f"{_positions_of(rows)} positions vs {_positions_of(mbs)} padded (the Trainer's own choice is the "
+              f"fewer); packing kept after its check: {packed.packing}")
 
 
 # ---- generate -----------------------------------------------------------------------
@@ -443,6 +486,8 @@ def main() -> int:
     ap.add_argument("--small", action="store_true", help="tiny model and batches (for a CPU run in minutes)")
     ap.add_argument("--sections", nargs="+", choices=list(SECTIONS), default=list(SECTIONS))
     ap.add_argument("--repeats", type=int, help="timed steps / runs per contestant (default: per section)")
+    ap.add_argument("--packed-attn", help="attention for the trainer section's packed contestant: flex_attention "
+                    "(the CUDA default), sdpa (a dense document mask; the CPU default) or none")
     ap.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak for MFU (H100 SXM: 989)")
     args = ap.parse_args()
     if args.device != "cpu" and not cuda_available():
