@@ -63,7 +63,8 @@ def watch():
 threading.Thread(target=watch, daemon=True).start()
 rc = child.wait()
 if rc < 0:
-    signal.signal(-rc, signal.SIG_DFL)
+    if -rc not in (signal.SIGKILL, signal.SIGSTOP):  # these two have no handler to reset
+        signal.signal(-rc, signal.SIG_DFL)
     os.kill(os.getpid(), -rc)
 sys.exit(rc)
 """

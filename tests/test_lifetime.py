@@ -99,6 +99,11 @@ def test_the_guard_passes_signals_on_and_ends_as_the_program_did():
     guard = subprocess.Popen(with_parent([sys.executable, "-c", "import sys; sys.exit(3)"]))
     assert guard.wait(30) == 3
 
+    guard = subprocess.Popen(with_parent(["sleep", "600"]), stderr=subprocess.PIPE)
+    os.kill(_program(guard.pid, b"sleep"), signal.SIGKILL)  # the program killed (the OOM killer, say)
+    assert guard.wait(10) == -signal.SIGKILL
+    assert b"Traceback" not in guard.stderr.read()
+
     guard = subprocess.Popen(with_parent(["sleep", "600"]))
     program = _program(guard.pid, b"sleep")
     guard.kill()  # a SIGKILLed guard cannot pass anything on: the program's own signal ends it
