@@ -69,7 +69,7 @@ def policy_dir(preset: str, sft_steps: int, *, seed: int = 0, log=print) -> Path
     from ludic_core.algorithms import make_sft
     from ludic_core.batching.saw import build_saw_batch
     from ludic_core.batching.sources import OfflineBatchSource
-    from ludic_core.config import TrainerConfig
+    from ludic_core.config import RL_TRAINER
     from ludic_core.models import load_model_and_tokenizer
     from ludic_core.recipes.tic_tac_toe import teacher_rollouts
     from ludic_core.training.trainer import Trainer
@@ -80,8 +80,7 @@ def policy_dir(preset: str, sft_steps: int, *, seed: int = 0, log=print) -> Path
     items = build_saw_batch(games, [[1.0] * g.length for g in games]).items
     for item in items:  # SFT needs no sampler log-probs (the scripted teacher has none)
         item.actor_logprobs = None
-    cfg = TrainerConfig(lr=SFT_LR, warmup_steps=10, micro_token_budget=16384, max_seq_len=512, device="cpu",
-                        seed=seed)
+    cfg = RL_TRAINER.model_copy(update={"lr": SFT_LR, "warmup_steps": 10, "device": "cpu", "seed": seed})
     trainer = Trainer(model, make_sft(), OfflineBatchSource(items, batch_size=SFT_BATCH, seed=seed), cfg,
                       tokenizer=tok)
     log(f"(one-time warm start: {sft_steps} SFT steps of {preset} on {len(items)} teacher moves "

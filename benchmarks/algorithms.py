@@ -139,7 +139,7 @@ def run_cell(recipe, start: str, algorithm, seed: int, budget_s: float, lr: floa
     run is what an N-step run would be), to read one run's score at several lengths."""
     from flows.demo import rl_agent
     from ludic_core.algorithms import build_algorithm
-    from ludic_core.config import TrainerConfig
+    from ludic_core.config import RL_TRAINER
     from ludic_core.models import load_model_and_tokenizer
     from ludic_core.recipes.configs import SeedSchedule
     from ludic_core.training.stage_data import batch_source, inference
@@ -153,8 +153,8 @@ def run_cell(recipe, start: str, algorithm, seed: int, budget_s: float, lr: floa
         data = RolloutData(env=recipe.rl_env, agent=rl_agent(recipe), requests_per_step=per_step,
                            schedule=SeedSchedule(start=1_000 + 100_000 * seed))
     spec = StageSpec(model_path=start, checkpoint_dir="/nonexistent", algorithm=algorithm, until_step=1,
-                     trainer=TrainerConfig(lr=lr, warmup_steps=warmup_steps, micro_token_budget=16384,
-                                           max_seq_len=512, seed=seed), data=data)
+                     trainer=RL_TRAINER.model_copy(update={"lr": lr, "warmup_steps": warmup_steps, "seed": seed}),
+                     data=data)
     model, tok = load_model_and_tokenizer(start)
     client, publisher = inference(spec, start)
     algo = build_algorithm(algorithm)

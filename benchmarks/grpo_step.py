@@ -107,7 +107,7 @@ def make_reward(make_env, env_kwargs, parser, eos_ids: set[int], truncation_pena
 def ludic_trainer(model_dir: Path, seeds: list[list[int]]):
     from ludic_core.algorithms import make_grpo
     from ludic_core.batching.sources import RolloutBatchSource
-    from ludic_core.config import TrainerConfig
+    from ludic_core.config import RL_TRAINER
     from ludic_core.inference import LocalChatClient
     from ludic_core.models import load_model_and_tokenizer
     from ludic_core.publish import InProcessPublisher
@@ -123,7 +123,7 @@ def ludic_trainer(model_dir: Path, seeds: list[list[int]]):
     algo = make_grpo(group_size=GROUP, kl_coef=0.0)
     source = RolloutBatchSource(engine, lambda i: episode_requests(env, agent, seeds[i]), algo, max_steps=1,
                                 strategy=GRPORequestStrategy(GROUP, seed=SEED_START), max_seq_len=512)
-    cfg = TrainerConfig(lr=r.rl_lr, micro_token_budget=16384, max_seq_len=512, device="cpu", seed=0)
+    cfg = RL_TRAINER.model_copy(update={"lr": r.rl_lr, "device": "cpu", "seed": 0})
     trainer = Trainer(policy, algo, source, cfg, tokenizer=tok, publisher=InProcessPublisher(client))
     return trainer, source, client, tok
 

@@ -60,7 +60,7 @@ def run(name: str, args: argparse.Namespace) -> list[dict]:
     from flows.rejection_sampling import RejectionSamplingConfig, rejection_sampling
     from flows.rl_train import RLTrainConfig, rl_train
     from flows.sft import SFTFlowConfig, sft
-    from ludic_core.config import GRPOConfig, TrainerConfig
+    from ludic_core.config import RL_TRAINER, SFT_TRAINER, GRPOConfig
     from ludic_core.recipes.policy import ScriptedPolicy
     from ludic_core.recipes.textarena import MAX_SEQ_LEN
     from tasks.models import build_model
@@ -76,9 +76,8 @@ def run(name: str, args: argparse.Namespace) -> list[dict]:
         out_dir=f"{out}/rejection"))
     sft_model = sft(SFTFlowConfig(
         model_path=model, dataset_path=dataset, out_dir=f"{out}/sft", steps=args.sft_steps,
-        steps_per_stage=args.sft_steps, batch_size=args.sft_batch, trainer=TrainerConfig(
-            lr=2e-3, warmup_steps=10, schedule="cosine", total_steps=args.sft_steps, micro_token_budget=16384,
-            max_seq_len=MAX_SEQ_LEN, seed=args.seed)))
+        steps_per_stage=args.sft_steps, batch_size=args.sft_batch, trainer=SFT_TRAINER.model_copy(
+            update={"total_steps": args.sft_steps, "max_seq_len": MAX_SEQ_LEN, "seed": args.seed})))
     rows.append(_row("after SFT", name, _evaluate(sft_model, recipe, args.eval_episodes), time.perf_counter() - t))
     if not args.rl_steps:
         return rows
@@ -89,7 +88,7 @@ def run(name: str, args: argparse.Namespace) -> list[dict]:
         model_path=sft_model, out_dir=f"{out}/rl", env=recipe.env, agent=agent,
         algorithm=GRPOConfig(group_size=args.group_size), requests_per_step=args.rl_requests, steps=args.rl_steps,
         steps_per_stage=args.rl_steps, eval_episodes=0,
-        trainer=TrainerConfig(lr=recipe.rl_lr, micro_token_budget=16384, max_seq_len=MAX_SEQ_LEN, seed=args.seed)))
+        trainer=RL_TRAINER.model_copy(update={"lr": recipe.rl_lr, "max_seq_len": MAX_SEQ_LEN, "seed": args.seed})))
     rows.append(_row("after RL", name, _evaluate(rl_model, recipe, args.eval_episodes), time.perf_counter() - t))
     return rows
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 
 def plain_chain(run: Path, a: argparse.Namespace) -> None:
-    from ludic_core.config import GRPOConfig, SFTConfig, TrainerConfig
+    from ludic_core.config import RL_TRAINER, SFT_TRAINER, GRPOConfig, SFTConfig
     from ludic_core.inference import LocalChatClient
     from ludic_core.models import build_tiny_model, load_model_and_tokenizer
     from ludic_core.recipes.tic_tac_toe import evaluate_tic_tac_toe, keep_by_reward, teacher_rollouts
@@ -36,8 +36,7 @@ def plain_chain(run: Path, a: argparse.Namespace) -> None:
     rollouts = teacher_rollouts(tok, games=a.teacher_games, seed=1, jsonl_path=str(run / "rejection" / "r.jsonl"))
     kept = keep_by_reward(rollouts, min_reward=1.0)[0]
     dataset = str(save_dataset(rollouts_to_dataset(kept, tokenizer=tokenizer_fingerprint(tok)), run / "rejection" / "dataset"))
-    sft_trainer = TrainerConfig(lr=2e-3, warmup_steps=10, schedule="cosine", total_steps=a.sft_steps,
-                                micro_token_budget=16384, max_seq_len=512)
+    sft_trainer = SFT_TRAINER.model_copy(update={"total_steps": a.sft_steps})
     sft = StageSpec(model_path=model, checkpoint_dir=str(run / "sft" / "checkpoints"), algorithm=SFTConfig(),
                     trainer=sft_trainer, data=DatasetData(path=dataset), until_step=a.sft_steps,
                     metrics_path=str(run / "sft" / "metrics.jsonl"))
@@ -48,7 +47,7 @@ def plain_chain(run: Path, a: argparse.Namespace) -> None:
     evaluate_tic_tac_toe(LocalChatClient(sft_model), games_per_mark=a.eval_games)
     rl = StageSpec(model_path=sft_model, checkpoint_dir=str(run / "rl" / "checkpoints"),
                    algorithm=GRPOConfig(group_size=8), data=RolloutData(env=ENV, agent=AGENT.model_copy(update={"sampling": AGENT.sampling.model_copy(update={"temperature": 0.7})})), until_step=a.rl_steps,
-                   trainer=TrainerConfig(lr=1e-4, micro_token_budget=16384, max_seq_len=512),
+                   trainer=RL_TRAINER,
                    metrics_path=str(run / "rl" / "metrics.jsonl"))
     per = max(a.rl_steps // 2, 1)
     for target in list(range(per, a.rl_steps, per)) + [a.rl_steps]:

@@ -38,7 +38,7 @@ def main() -> None:
     from flows.demo import rl_agent
     from flows.pipeline_rl import ActorLaunch, PipelineRLConfig, pipeline_rl
     from flows.rl_train import RLTrainConfig, rl_train
-    from ludic_core.config import GRPOConfig, TrainerConfig
+    from ludic_core.config import RL_TRAINER, GRPOConfig
     from ludic_core.eval import evaluate_policy
     from ludic_core.inference import LocalChatClient
     from ludic_core.recipes.recipe import get_recipe
@@ -46,7 +46,7 @@ def main() -> None:
     recipe = get_recipe("tic_tac_toe")
     out = Path(args.out)
     shutil.rmtree(out, ignore_errors=True)
-    trainer = TrainerConfig(lr=1e-4, micro_token_budget=16384, max_seq_len=512)
+    trainer = RL_TRAINER
     common = dict(model_path=args.start, env=recipe.env, agent=rl_agent(recipe),
                   algorithm=GRPOConfig(group_size=8), steps=args.steps, steps_per_stage=args.steps // 2,
                   trainer=trainer, eval_episodes=0)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 
 def train_teacher(out: Path, steps: int, preset: str) -> str:
-    from ludic_core.config import SFTConfig, TrainerConfig
+    from ludic_core.config import SFT_TRAINER, SFTConfig
     from ludic_core.models import build_tiny_model, load_model_and_tokenizer, tokenizer_fingerprint
     from ludic_core.recipes.tic_tac_toe import RECIPE, teacher_rollouts
     from ludic_core.rejection import keep_episodes, rollouts_to_dataset, save_dataset
@@ -33,8 +33,7 @@ def train_teacher(out: Path, steps: int, preset: str) -> str:
     kept, _ = keep_episodes(teacher_rollouts(tok, games=4096, seed=11), RECIPE.keep)
     data = save_dataset(rollouts_to_dataset(kept, tokenizer=tokenizer_fingerprint(tok)), out / "teacher-data")
     spec = StageSpec(model_path=str(base), checkpoint_dir=str(out / "teacher" / "checkpoints"), algorithm=SFTConfig(),
-                     trainer=TrainerConfig(lr=1e-3, warmup_steps=10, schedule="cosine", total_steps=steps,
-                                           micro_token_budget=16384, max_seq_len=512),
+                     trainer=SFT_TRAINER.model_copy(update={"lr": 1e-3, "total_steps": steps}),
                      data=DatasetData(path=str(data)), until_step=steps, progress_bar=True, title="teacher SFT")
     return run_stage(spec)["model_path"]
 
@@ -66,7 +65,7 @@ def main() -> None:
     from flows.policies import VLLMPolicy
     from flows.rejection_sampling import RejectionSamplingConfig, rejection_sampling
     from flows.sft import SFTFlowConfig, sft
-    from ludic_core.config import TrainerConfig
+    from ludic_core.config import SFT_TRAINER
     from ludic_core.models import build_tiny_model
     from ludic_core.recipes.policy import ModelPolicy
     from ludic_core.recipes.tic_tac_toe import AGENT, ENV, RECIPE
@@ -77,8 +76,7 @@ def main() -> None:
     times["teacher SFT"] = time.perf_counter() - t
     foreign = foreign_copy(teacher, out / "foreign-teacher")
     student_base = str(build_tiny_model(out / "models" / "student-tiny-1m", "tiny-1m", seed=0))
-    trainer = TrainerConfig(lr=2e-3, warmup_steps=10, schedule="cosine", total_steps=a.sft_steps,
-                            micro_token_budget=16384, max_seq_len=512)
+    trainer = SFT_TRAINER.model_copy(update={"total_steps": a.sft_steps})
 
     def score(model: str) -> dict[str, float]:
         return evaluate(EvaluateConfig(policy=ModelPolicy(model_path=model), env=ENV, agent=AGENT,

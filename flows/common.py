@@ -14,7 +14,7 @@ from ludic_core.bounds import MAX_PROCESSES, bounded
 from ludic_core.frozen import FrozenModel
 from ludic_core.training.stage_spec import NodeSettings
 
-__all__ = ["FlowConfig", "SlotConfig", "TrainingConfig", "SCHEDULE_FOLLOWS_STEPS", "held", "require_model_dir",
+__all__ = ["FlowConfig", "LaunchConfig", "SlotConfig", "TrainingConfig", "SCHEDULE_FOLLOWS_STEPS", "held", "require_model_dir",
            "require_path"]
 
 #: a flow's lr schedule spans its run: `trainer.total_steps` is `steps` unless stated (then it must agree)
@@ -41,13 +41,17 @@ class SlotConfig(FlowConfig):
                           "so they never share its GPU or server ports; None = no slot")
 
 
-class TrainingConfig(SlotConfig):
-    """A flow that trains in checkpointed stages: in-process, or under torchrun
-    on this machine or several."""
+class LaunchConfig(SlotConfig):
+    """A flow that trains in checkpointed stages, in-process or under torchrun."""
 
     launcher: Literal["in_process", "torchrun"] = Field(
         "in_process", description="in_process = one process; torchrun = `nproc` ranks per node (FSDP2)")
     nproc: int = bounded(2, ge=1, le=MAX_PROCESSES, description="ranks per node under torchrun")
+
+
+class TrainingConfig(LaunchConfig):
+    """A `LaunchConfig` that can also train across machines."""
+
     nodes: NodeSettings = Field(NodeSettings(), description="torchrun across machines (launcher torchrun)")
 
     @model_validator(mode="after")

@@ -21,7 +21,7 @@ from flows.rejection_sampling import RejectionSamplingConfig, rejection_sampling
 from flows.rl_train import RLTrainConfig, rl_train
 from flows.sft import SFTFlowConfig, sft
 from ludic_core.bounds import MAX_EPISODES, MAX_GROUP, MAX_SEED, MAX_STEPS, bounded
-from ludic_core.config import GRPOConfig, TrainerConfig
+from ludic_core.config import RL_TRAINER, SFT_TRAINER, GRPOConfig, TrainerConfig
 from ludic_core.recipes.configs import AgentConfig
 from ludic_core.recipes.policy import ModelPolicy, ScriptedPolicy
 from ludic_core.recipes.recipe import RECIPES, Recipe, get_recipe
@@ -38,7 +38,7 @@ class DemoConfig(FlowConfig):
     teacher_episodes: int = bounded(4096, ge=1, le=MAX_EPISODES,
                                     description="episodes the teacher plays for rejection sampling")
     sft_steps: int | None = bounded(None, ge=1, le=MAX_STEPS, description="SFT steps (None = the recipe's)")
-    sft_lr: float = Field(2e-3, gt=0, description="peak SFT learning rate (cosine decay to 0)")
+    sft_lr: float = Field(SFT_TRAINER.lr, gt=0, description="peak SFT learning rate (cosine decay to 0)")
     rl_steps: int = bounded(30, ge=1, le=MAX_STEPS, description="RL steps")
     rl_lr: float | None = Field(None, gt=0, description="RL learning rate (None = the recipe's)")
     group_size: int = bounded(8, ge=2, le=MAX_GROUP, description="GRPO samples per prompt")
@@ -79,8 +79,7 @@ def teacher_to_sft(cfg: DemoConfig, recipe: Recipe, model_path: str) -> tuple[st
     sft_model = sft(SFTFlowConfig(
         model_path=model_path, dataset_path=dataset, out_dir=f"{run}/sft", steps=steps,
         steps_per_stage=max(steps // 4, 1), launcher=cfg.launcher, progress_bar=cfg.progress_bar,
-        trainer=TrainerConfig(lr=cfg.sft_lr, warmup_steps=10, schedule="cosine", total_steps=steps,
-                              micro_token_budget=16384, max_seq_len=512, seed=cfg.seed)))
+        trainer=SFT_TRAINER.model_copy(update={"lr": cfg.sft_lr, "total_steps": steps, "seed": cfg.seed})))
     return dataset, sft_model
 
 
@@ -91,7 +90,7 @@ def rl_agent(recipe: Recipe) -> AgentConfig:
 
 
 def rl_trainer(cfg: DemoConfig, recipe: Recipe) -> TrainerConfig:
-    return TrainerConfig(lr=cfg.rl_lr or recipe.rl_lr, micro_token_budget=16384, max_seq_len=512, seed=cfg.seed)
+    return RL_TRAINER.model_copy(update={"lr": cfg.rl_lr or recipe.rl_lr, "seed": cfg.seed})
 
 
 def rl_stage(cfg: DemoConfig, recipe: Recipe, sft_model: str) -> RLTrainConfig:

@@ -8,17 +8,17 @@ directory both can read. Scale out by running more `pipeline_actor` runs.
 from __future__ import annotations
 
 import time
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 from prefect import flow, get_run_logger
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field, model_validator
 
-from flows.common import SCHEDULE_FOLLOWS_STEPS, FlowConfig, SlotConfig, held, require_model_dir
+from flows.common import SCHEDULE_FOLLOWS_STEPS, FlowConfig, LaunchConfig, held, require_model_dir
 from flows.pipeline_rl import (KEY_ENV, ActorLaunch, StageChain, actor_pool, keep_actors_busy, queue_report,
                                redis_queue)
 from ludic_core.bounds import MAX_BATCH, MAX_PROCESSES, MAX_SEQ_LEN, MAX_STEPS, bounded
-from ludic_core.config import AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig
+from ludic_core.config import RL_TRAINER, AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig
 from ludic_core.queue.actor import ActorSpec
 from ludic_core.recipes.configs import AgentConfig, EnvConfig, SeedSchedule
 from ludic_core.training.checkpoint import latest_checkpoint
@@ -42,7 +42,7 @@ def _endpoint(block: str | None) -> VLLMEndpoint | None:
     return VLLMEndpoint(base_url=ep["base_url"], model=ep["model"], api_key_env=VLLM_KEY_ENV)
 
 
-class PipelineTrainerConfig(SlotConfig):
+class PipelineTrainerConfig(LaunchConfig):
     follows: ClassVar[dict[str, str]] = SCHEDULE_FOLLOWS_STEPS
 
     model_path: str = Field(description="initial policy (e.g. the SFT model dir)")
@@ -55,11 +55,8 @@ class PipelineTrainerConfig(SlotConfig):
     max_lag: int | None = bounded(1, ge=0, le=MAX_STEPS,
                                   description="drop items this many policy versions behind the trainer")
     trainer: TrainerConfig = Field(
-        TrainerConfig(lr=1e-4, micro_token_budget=16384, max_seq_len=512),
+        RL_TRAINER,
         description="optimisation settings: a partial mapping changes only what it names; total_steps follows steps")
-    launcher: Literal["in_process", "torchrun"] = Field(
-        "in_process", description="torchrun: each stage trains on `nproc` ranks (rank 0 reads the stream)")
-    nproc: int = bounded(2, ge=1, le=MAX_PROCESSES, description="ranks per stage under torchrun")
     endpoint_block: str | None = Field(None, description=_ENDPOINT)
     policy_dir: str = Field("runs/pipeline_trainer/policy", description="where to publish weights without a "
                                                                         "server (a directory the actors can read)")

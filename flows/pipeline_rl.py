@@ -25,11 +25,11 @@ from prefect import flow, get_run_logger
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field, model_validator
 
-from flows.common import SCHEDULE_FOLLOWS_STEPS, SlotConfig, held, require_model_dir
+from flows.common import SCHEDULE_FOLLOWS_STEPS, LaunchConfig, held, require_model_dir
 from flows.vllm_inference import VLLMSettings, vllm_inference
 from ludic_core.bounds import (MAX_BATCH, MAX_EPISODES, MAX_PROCESSES, MAX_QUEUE_ITEMS, MAX_SEED, MAX_STEPS,
                                bounded)
-from ludic_core.config import AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig
+from ludic_core.config import RL_TRAINER, AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig
 from ludic_core.frozen import FrozenModel
 from ludic_core.queue.actor import ActorSpec
 from ludic_core.recipes.configs import AgentConfig, EnvConfig, SeedSchedule
@@ -67,7 +67,7 @@ def actor_pool(launch: ActorLaunch, actors: int) -> Iterator[str | None]:
         yield pool.name
 
 
-class PipelineRLConfig(SlotConfig):
+class PipelineRLConfig(LaunchConfig):
     follows: ClassVar[dict[str, str]] = SCHEDULE_FOLLOWS_STEPS
 
     model_path: str = Field(description="initial policy (e.g. the SFT model dir)")
@@ -91,11 +91,8 @@ class PipelineRLConfig(SlotConfig):
                     "(max_lag - 1): a round generated on top of more would reach the trainer stale (2048 without "
                     "max_lag)")
     trainer: TrainerConfig = Field(
-        TrainerConfig(lr=1e-4, micro_token_budget=16384, max_seq_len=512),
+        RL_TRAINER,
         description="optimisation settings: a partial mapping changes only what it names; total_steps follows steps")
-    launcher: Literal["in_process", "torchrun"] = Field(
-        "in_process", description="torchrun: each stage trains on `nproc` ranks (rank 0 reads the stream)")
-    nproc: int = bounded(2, ge=1, le=MAX_PROCESSES, description="ranks per stage under torchrun")
     inference: Literal["local", "vllm"] = Field(
         "local", description="local = actors decode in-process from the published model directory; vllm = actors "
                              "roll out through a vLLM server the stages push their weights into, see `vllm`")

@@ -14,7 +14,7 @@ from flows.loggers import wandb_spec
 from flows.staging import run_stages
 from flows.vllm_inference import VLLMSettings, vllm_inference
 from ludic_core.bounds import MAX_BATCH, MAX_EPISODES, MAX_SEED, MAX_STEPS, bounded
-from ludic_core.config import AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig
+from ludic_core.config import RL_TRAINER, AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig
 from ludic_core.recipes.configs import AgentConfig, EnvConfig, SeedSchedule
 from ludic_core.recipes.policy import ModelPolicy
 from ludic_core.training.stage import RolloutData, StageSpec
@@ -37,7 +37,7 @@ class RLTrainConfig(TrainingConfig):
     steps: int = bounded(20, ge=1, le=MAX_STEPS, description="optimizer steps")
     steps_per_stage: int = bounded(10, ge=1, le=MAX_STEPS, description="each stage ends in a checkpoint")
     trainer: TrainerConfig = Field(
-        TrainerConfig(lr=1e-4, micro_token_budget=16384, max_seq_len=512),
+        RL_TRAINER,
         description="optimisation settings: a partial mapping changes only what it names; total_steps follows steps")
     inference: Literal["local", "vllm"] = Field(
         "local", description="local = in-process LocalChatClient (no server); vllm = a vLLM server, see `vllm`")

@@ -11,7 +11,7 @@ from flows.common import SCHEDULE_FOLLOWS_STEPS, TrainingConfig, held, require_m
 from flows.loggers import wandb_spec
 from flows.staging import run_stages
 from ludic_core.bounds import MAX_BATCH, MAX_STEPS, bounded
-from ludic_core.config import SFTConfig, TrainerConfig
+from ludic_core.config import SFT_TRAINER, SFTConfig, TrainerConfig
 from ludic_core.training.stage import DatasetData, StageSpec
 from tasks.artifacts import learning_curve_artifact
 
@@ -30,8 +30,7 @@ class SFTFlowConfig(TrainingConfig):
     steps_per_stage: int = bounded(100, ge=1, le=MAX_STEPS, description="each stage ends in a checkpoint")
     batch_size: int = bounded(64, ge=1, le=MAX_BATCH, description="examples per optimizer step")
     trainer: TrainerConfig = Field(
-        TrainerConfig(lr=2e-3, warmup_steps=10, schedule="cosine", total_steps=400,  # = steps (it follows them)
-                      micro_token_budget=16384, max_seq_len=512),
+        SFT_TRAINER,
         description="optimisation settings: a partial mapping changes only what it names; total_steps follows steps")
     progress_bar: bool = Field(False, description="console progress bars for the stages")
     wandb_block: str | None = Field(None, description="name of a WandbSettings block: log the stages to wandb")

@@ -29,10 +29,13 @@ __all__ = [
     "LoRAConfig",
     "TrainerConfig",
     "LocalInferenceConfig",
+    "DEVICE_PATTERN",
+    "RL_TRAINER",
+    "SFT_TRAINER",
 ]
 
-# Mirrors ludic_core.device (which imports torch; configs must not).
-_DEVICE_PATTERN = r"^(auto|cpu|cuda(:\d+)?)$"
+#: a device spec (`ludic_core.device` checks specs against it too; it imports torch, configs must not)
+DEVICE_PATTERN = r"^(auto|cpu|cuda(:\d+)?)$"
 _DEVICE_DOC = "auto (CUDA when present, else CPU) | cpu | cuda | cuda:N"
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 Beta = Annotated[float, Field(ge=0.0, lt=1.0)]
@@ -177,7 +180,7 @@ class TrainerConfig(FrozenModel):
         "computes fewer positions; checked once against padded rows. Off by default: on the CPU (sdpa, dense "
         "document masks) it measured 1.10-1.25x slower (docs/results.md); meant for GPU attention kernels")
     grad_checkpointing: bool = False
-    device: str = Field("auto", pattern=_DEVICE_PATTERN, description=_DEVICE_DOC + "; torchrun ranks use their local GPU")
+    device: str = Field("auto", pattern=DEVICE_PATTERN, description=_DEVICE_DOC + "; torchrun ranks use their local GPU")
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="compute precision: float32, or bfloat16 autocast over fp32 master weights; "
                             "auto = bfloat16 on a GPU, float32 on the CPU")
@@ -198,10 +201,21 @@ class TrainerConfig(FrozenModel):
         return self
 
 
+#: What the pipelines train with, stated once: the RL flows (`rl_train`, `pipeline_rl`,
+#: `pipeline_trainer`), the demo's RL stage and the benchmarks start here. Sized for the
+#: tiny CPU models of the demo (items of up to 512 tokens); a flow's `trainer: {...}`
+#: changes only the fields it names.
+RL_TRAINER = TrainerConfig(lr=1e-4, micro_token_budget=16_384, max_seq_len=512)
+#: SFT (`sft`, the demo's SFT stage): a higher peak lr, 10 warm-up steps, cosine decay over
+#: the run (`total_steps` follows the flow's `steps`; 400 is `sft`'s default).
+SFT_TRAINER = RL_TRAINER.model_copy(update={"lr": 2e-3, "warmup_steps": 10, "schedule": "cosine",
+                                            "total_steps": 400})
+
+
 class LocalInferenceConfig(FrozenModel):
     """The in-process inference engine (`LocalChatClient`): where it decodes."""
 
-    device: str = Field("auto", pattern=_DEVICE_PATTERN, description=_DEVICE_DOC)
+    device: str = Field("auto", pattern=DEVICE_PATTERN, description=_DEVICE_DOC)
     dtype: DType = Field("auto", description="weights' dtype: auto = bfloat16 on a GPU, float32 on the CPU")
     max_batch_size: int | None = bounded(
         None, ge=1, le=MAX_CONCURRENCY,

@@ -19,9 +19,12 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import typing
 from typing import Any, ContextManager
 
 import torch
+
+from ludic_core.config import DEVICE_PATTERN, DType
 
 __all__ = [
     "DEVICE_ENV",
@@ -36,9 +39,7 @@ __all__ = [
 ]
 
 DEVICE_ENV = "LUDIC_DEVICE"
-#: What a config's `device` field accepts (also used by the pydantic configs).
-DEVICE_PATTERN = r"^(auto|cpu|cuda(:\d+)?)$"
-DTYPES = ("auto", "float32", "bfloat16", "float16")
+DTYPES = typing.get_args(DType)
 
 
 def cuda_available() -> bool:

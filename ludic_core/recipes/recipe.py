@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import Field
 
 from ludic_core.bounds import MAX_EPISODES, MAX_SEED, MAX_STEPS, bounded
+from ludic_core.config import RL_TRAINER
 from ludic_core.frozen import FrozenModel
 from ludic_core.recipes.configs import AgentConfig, EnvConfig
 from ludic_core.rejection import KeepRule
@@ -30,7 +31,7 @@ class Recipe(FrozenModel):
     keep: KeepRule = KeepRule(min_return=1.0)
     sft_steps: int = bounded(400, ge=1, le=MAX_STEPS, description="SFT steps of the demo chain")
     rl_temperature: float = Field(1.0, gt=0.0, description="sampling temperature of RL rollouts")
-    rl_lr: float = Field(1e-4, gt=0.0, description="learning rate of the demo chain's RL stage")
+    rl_lr: float = Field(RL_TRAINER.lr, gt=0.0, description="learning rate of the demo chain's RL stage")
     rl_env_kwargs: dict[str, Any] = Field(
         default_factory=dict, description="added to env's kwargs for RL only: a training reward (e.g. shaping) "
                                           "that the teacher's data and the evaluations must not see")
