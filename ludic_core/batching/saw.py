@@ -14,7 +14,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 from ludic_core.types import Rollout, TokenTrace
 
-__all__ = ["SAWItem", "SAWBatch", "build_saw_batch"]
+__all__ = ["SAWItem", "SAWBatch", "build_saw_batch", "is_stale"]
 
 
 @dataclass
@@ -142,3 +142,10 @@ def build_saw_batch(
                     continue
                 items.append(item)
     return SAWBatch(items=items, meta=counts)
+
+
+def is_stale(policy_version: int | None, current: int, max_lag: int | None) -> bool:
+    """The one staleness rule (the trainer's filter and the queue's reader both ask it): an
+    item sampled at `policy_version` is stale when more than `max_lag` versions behind
+    `current`. An item of unknown version, or no `max_lag`, is never stale."""
+    return max_lag is not None and policy_version is not None and current - int(policy_version) > max_lag

@@ -24,7 +24,7 @@ import time
 from collections import deque
 from typing import Any, Callable, Mapping
 
-from ludic_core.batching.saw import SAWBatch, SAWItem
+from ludic_core.batching.saw import SAWBatch, SAWItem, is_stale
 from ludic_core.queue.codec import MalformedItem, decode_header, decode_item
 from ludic_core.queue.stream import Entry, SAWStream
 
@@ -189,7 +189,7 @@ class StreamBatchSource:
             counts["duplicates"] += 1
             return None
         version = self.trainer_version()
-        if self.max_lag is not None and version - stamped.policy_version > self.max_lag:
+        if is_stale(stamped.policy_version, version, self.max_lag):
             self.stream.drop_stale(entry_id, stamped.item_id, stamped.policy_version, version)
             self.stream.ack([entry_id])
             counts["stale_dropped"] += 1

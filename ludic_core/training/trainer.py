@@ -29,7 +29,7 @@ import torch
 
 from ludic_core.batching.collate import MicroBatch, collate_micro_batches, padding_waste
 from ludic_core.batching.packing import pack_micro_batches, unpack
-from ludic_core.batching.saw import SAWBatch, SAWItem
+from ludic_core.batching.saw import SAWBatch, SAWItem, is_stale
 from ludic_core.config import TrainerConfig
 from ludic_core.device import place_model, resolve_dtype
 from ludic_core.losses import LossInputs, is_inert
@@ -117,10 +117,8 @@ class Trainer:
     # ---- one optimizer step -------------------------------------------------
     def _filter(self, batch: SAWBatch) -> tuple[list[SAWItem], int]:
         items, stale = list(batch.items), 0
-        if self.cfg.max_lag is not None:
-            fresh = [i for i in items if i.meta.get("policy_version") is None
-                     or self.policy_version - int(i.meta["policy_version"]) <= self.cfg.max_lag]
-            stale, items = len(items) - len(fresh), fresh
+        fresh = [i for i in items if not is_stale(i.meta.get("policy_version"), self.policy_version, self.cfg.max_lag)]
+        stale, items = len(items) - len(fresh), fresh
         if self.algorithm.requires_actor_logprobs:
             missing = [i.meta for i in items if i.actor_logprobs is None]
             if missing:

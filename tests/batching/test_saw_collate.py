@@ -102,3 +102,17 @@ def test_cut_points_minimise_padding_not_just_fill_the_budget():
     merged = collate_micro_batches([_item(n) for n in (10, 9)], micro_token_budget=400, pad_id=0,
                                    batch_overhead_tokens=5)
     assert [tuple(mb.input_ids.shape) for mb in merged] == [(2, 10)]
+
+
+@pytest.mark.parametrize("version, current, max_lag, stale", [
+    (5, 6, 1, False),     # one behind, one allowed
+    (5, 7, 1, True),      # two behind
+    (7, 7, 0, False),     # on-policy with max_lag 0
+    (6, 7, 0, True),
+    (None, 100, 0, False),  # unknown version: never stale
+    (0, 100, None, False),  # no max_lag: never stale
+])
+def test_is_stale_is_the_one_rule_for_trainer_and_queue(version, current, max_lag, stale):
+    from ludic_core.batching.saw import is_stale
+
+    assert is_stale(version, current, max_lag) is stale
