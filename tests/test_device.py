@@ -97,6 +97,14 @@ def test_trainer_puts_the_model_on_its_device(tiny_model_dir, device):
                   tokenizer=tok)
     assert {p.device.type for p in cpu.model.parameters()} == {"cpu"} and cpu.ctx.device.type == "cpu"
 
+    # A context the caller built (run_stage resolves the device once) is used as built: its
+    # device wins over the config's spec, and the trainer keeps that very context.
+    from ludic_core.training.distributed import DistContext
+
+    ctx = DistContext(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+    given = Trainer(model, make_sft(), None, TrainerConfig(device="auto"), tokenizer=tok, ctx=ctx)
+    assert given.ctx is ctx and {p.device.type for p in given.model.parameters()} == {"cpu"}
+
 
 @pytest.mark.parametrize("spec", ["auto", "cpu", "cuda", "cuda:1", "gpu", "cuda:x", "CPU", "cuda:", " cpu"])
 def test_torch_free_configs_accept_exactly_the_device_specs_of_ludic_core_device(spec):

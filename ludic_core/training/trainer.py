@@ -74,8 +74,11 @@ class Trainer:
             model.gradient_checkpointing_enable()
             model.config.use_cache = False
         if not self.ctx.is_distributed:  # one process: this is where the model meets its device
-            model, device = place_model(model, config.device)
-            self.ctx = dataclasses.replace(self.ctx, device=device)
+            if ctx is not None:  # the caller resolved the device (run_stage): keep its context as built
+                model = model.to(ctx.device)
+            else:  # `auto` keeps a model the caller already put on a GPU where it is
+                model, device = place_model(model, config.device)
+                self.ctx = dataclasses.replace(self.ctx, device=device)
         self.model = dist_utils.shard_model(model, self.ctx)
         self.model.train()
         self.compute_dtype = resolve_dtype(config.dtype, self.ctx.device)
