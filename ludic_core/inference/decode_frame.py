@@ -35,6 +35,22 @@ log = logging.getLogger(__name__)
 #: Decode steps between stop-string scans of a running row (each scan decodes a window of its tokens).
 STOP_SCAN_EVERY = 4
 
+#: Compiled decode steps one process may hold: every bucket (slots x columns, with or without
+#: top-p) is one compile of the same function. torch's default, 8 per function, is reached by
+#: a run whose batch sizes and lengths vary; past it torch runs the step eagerly and silently.
+#: Buckets are powers of two, so a process sees at most a few dozen; 256 bounds them all.
+RECOMPILE_LIMIT = 256
+
+
+def _allow_bucket_recompiles() -> None:
+    """Raise torch's per-function recompile limit (never lower it) to `RECOMPILE_LIMIT`."""
+    config = torch._dynamo.config
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    if getattr(config, name) < RECOMPILE_LIMIT:
+        setattr(config, name, RECOMPILE_LIMIT)
+    if getattr(config, "accumulated_recompile_limit", RECOMPILE_LIMIT) < RECOMPILE_LIMIT:
+        config.accumulated_recompile_limit = RECOMPILE_LIMIT
+
 
 @dataclass
 class RowState:
@@ -124,6 +140,7 @@ class DecodeFrame:
         self.horizon += 1
 
     def _compiled(self, use_top_p: bool) -> Callable[[], None]:
+        _allow_bucket_recompiles()
         compiled = torch.compile(self._step_impl, mode=self.compile_mode, dynamic=False)
         first = [True]
 

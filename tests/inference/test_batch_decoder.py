@@ -173,3 +173,38 @@ def test_eager_attention_models_get_an_additive_mask(tiny_model_dir, device):
     for p, g in zip(prompts, gens):
         ref = _teacher_forced(model, p, g.completion_token_ids)
         assert max(abs(a - b) for a, b in zip(ref, g.completion_logprobs)) < 1e-4
+
+
+@pytest.mark.heavy  # nine traces of the model: 1.5-3 minutes on 2 cores
+def test_every_bucket_compiles_past_torchs_default_limit_of_eight(model_tok, monkeypatch):
+    """A long run meets many buckets (slots x columns), each one compile of the same step.
+    torch stops compiling a function after 8 by default and then runs it eagerly, silently;
+    every bucket here must still get its own graphs. (An eager backend stands in for inductor:
+    what is checked is that dynamo compiles, not what it compiles to.)"""
+    import torch._dynamo
+
+    graphs: list = []
+
+    def counting(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, mode=None, dynamic=None: real_compile(fn, backend=counting,
+                                                                                           dynamic=dynamic))
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 8)  # torch's default, whatever ran before
+    torch._dynamo.reset()
+    model, tok = model_tok
+    dec = BatchDecoder(model, tok, compile=True)
+    new_graphs = []
+    for slots in (1, 2, 4):
+        for columns in (64, 128, 256):  # 9 buckets: one more than torch's default allows
+            frame = dec._frame(slots, columns)
+            frame.compile_mode = "default"  # compiled on the CPU too
+            frame.admit([dec._row(p, SamplingConfig(temperature=1.0, max_tokens=4, seed=i), i)
+                         for i, p in enumerate(_prompts(tok, slots))])
+            before = len(graphs)
+            frame.step()
+            new_graphs.append(len(graphs) - before)
+    torch._dynamo.reset()
+    assert all(n > 0 for n in new_graphs), f"buckets that ran eagerly: {new_graphs}"
