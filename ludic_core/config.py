@@ -12,8 +12,8 @@ from typing import Annotated, Literal, Union
 
 from pydantic import Field, model_validator
 
-from ludic_core.bounds import (MAX_BATCH, MAX_CHECKPOINTS, MAX_CONCURRENCY, MAX_DRAWS, MAX_GROUP, MAX_LORA_RANK,
-                               MAX_SEED, MAX_SEQ_LEN, MAX_STEPS, MAX_TOKEN_BUDGET, bounded)
+from ludic_core.bounds import (MAX_BATCH, MAX_BUCKET_MB, MAX_CHECKPOINTS, MAX_CONCURRENCY, MAX_DRAWS, MAX_GROUP,
+                               MAX_LORA_RANK, MAX_SEED, MAX_SEQ_LEN, MAX_STEPS, MAX_TOKEN_BUDGET, bounded)
 from ludic_core.frozen import FrozenModel
 
 __all__ = [
@@ -26,9 +26,11 @@ __all__ = [
     "ScaleRLConfig",
     "DynamicSampling",
     "AlgorithmConfig",
+    "group_size_of",
     "LoRAConfig",
     "TrainerConfig",
     "LocalInferenceConfig",
+    "VLLMEndpoint",
 ]
 
 # Mirrors ludic_core.device (which imports torch; configs must not).
@@ -149,6 +151,14 @@ AlgorithmConfig = Annotated[
 ]
 
 
+def group_size_of(algorithm: AlgorithmConfig) -> int:
+    """Samples per prompt: the algorithm's `group_size` (stated once, there), 1 without groups."""
+    size = getattr(algorithm, "group_size", None)
+    if size is None and hasattr(algorithm, "group_size"):
+        raise ValueError(f"algorithm {algorithm.type!r} compares samples of one prompt: set its group_size")
+    return int(size or 1)
+
+
 class LoRAConfig(FrozenModel):
     r: int = bounded(8, ge=1, le=MAX_LORA_RANK, description="adapter rank")
     alpha: int = Field(16, ge=1)
@@ -206,3 +216,16 @@ class LocalInferenceConfig(FrozenModel):
     max_batch_size: int | None = bounded(
         None, ge=1, le=MAX_CONCURRENCY,
         description="requests decoded together in one batch; default 256 on a GPU, 64 on the CPU")
+
+
+class VLLMEndpoint(FrozenModel):
+    """Roll out through a running vLLM server and publish weights into it.
+
+    The API key is read from the environment variable `api_key_env`, so it is
+    never written into a spec file (torchrun stages read specs from disk).
+    """
+
+    base_url: str = Field(description="the server's OpenAI API root, e.g. http://127.0.0.1:8000/v1")
+    model: str = Field("policy", description="served model name")
+    api_key_env: str = Field("LUDIC_VLLM_API_KEY", description="environment variable holding the API key")
+    bucket_mb: int = bounded(64, ge=1, le=MAX_BUCKET_MB, description="weight-push bucket size")
