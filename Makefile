@@ -9,7 +9,7 @@ STAMP := $(VENV)/.ludic-installed
 VLLM_VENV ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.ludic-vllm.json
 
-.PHONY: demo test test-heavy install vllm docs
+.PHONY: demo test test-heavy install vllm docs lint-imports
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -44,3 +44,8 @@ $(DOCS_STAMP): $(STAMP)
 
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+# the layering of ludic_core ([tool.importlinter] in pyproject.toml): no package imports one above
+# it, none imports prefect, flows, tasks or blocks; imports inside functions count
+lint-imports: $(STAMP)
+	$(VENV)/bin/lint-imports

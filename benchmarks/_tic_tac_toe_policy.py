@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ludic_core.recipes.configs import AgentConfig
+from ludic_core.compose.configs import AgentConfig
 from ludic_core.recipes.recipe import Recipe
 
 TEACHER_GAMES = 512

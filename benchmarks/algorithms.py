@@ -139,11 +139,11 @@ def run_cell(recipe, start: str, algorithm, seed: int, budget_s: float, lr: floa
     run is what an N-step run would be), to read one run's score at several lengths."""
     from flows.demo import rl_agent
     from ludic_core.algorithms import build_algorithm
-    from ludic_core.config import RL_TRAINER
+    from ludic_core.compose.configs import SeedSchedule
+    from ludic_core.config import RL_TRAINER, group_size_of
     from ludic_core.models import load_model_and_tokenizer
-    from ludic_core.recipes.configs import SeedSchedule
     from ludic_core.training.stage_data import batch_source, inference
-    from ludic_core.training.stage_spec import DatasetData, RolloutData, StageSpec, group_size_of
+    from ludic_core.training.stage_spec import DatasetData, RolloutData, StageSpec
     from ludic_core.training.trainer import Trainer
 
     per_step = max(episodes // group_size_of(algorithm), 1)  # the same episodes per step with or without groups

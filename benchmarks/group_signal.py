@@ -23,8 +23,8 @@ from collections import defaultdict
 def group_signal_table(recipe, start: str, temperatures: list[float], groups: int, group_size: int,
                        first_seed: int = 1_000) -> list[dict[str, float]]:
     from ludic_core.batching.sources import group_signal
+    from ludic_core.compose.build import build_engine, episode_requests
     from ludic_core.inference import LocalChatClient
-    from ludic_core.recipes.build import build_engine, episode_requests
     from ludic_core.rollout import GRPORequestStrategy
 
     client = LocalChatClient(start)

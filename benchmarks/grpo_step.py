@@ -74,7 +74,7 @@ GOAL = 0.6
 
 def one_move_task(n_steps: int):
     """(env factory, env kwargs, seeds per step, one user message per seed, the recipe's parser)."""
-    from ludic_core.recipes.build import agent_factory, env_factory
+    from ludic_core.compose.build import agent_factory, env_factory
 
     r = recipe()
     env, agent = r.rl_env, rl_agent(r)
@@ -107,11 +107,11 @@ def make_reward(make_env, env_kwargs, parser, eos_ids: set[int], truncation_pena
 def ludic_trainer(model_dir: Path, seeds: list[list[int]]):
     from ludic_core.algorithms import make_grpo
     from ludic_core.batching.sources import RolloutBatchSource
+    from ludic_core.compose.build import build_engine, episode_requests
     from ludic_core.config import RL_TRAINER
     from ludic_core.inference import LocalChatClient
     from ludic_core.models import load_model_and_tokenizer
     from ludic_core.publish import InProcessPublisher
-    from ludic_core.recipes.build import build_engine, episode_requests
     from ludic_core.rollout import GRPORequestStrategy
     from ludic_core.training.trainer import Trainer
 

@@ -60,8 +60,8 @@ def run(name: str, args: argparse.Namespace) -> list[dict]:
     from flows.rejection_sampling import RejectionSamplingConfig, rejection_sampling
     from flows.rl_train import RLTrainConfig, rl_train
     from flows.sft import SFTFlowConfig, sft
+    from ludic_core.compose.policy import ScriptedPolicy
     from ludic_core.config import RL_TRAINER, SFT_TRAINER, GRPOConfig
-    from ludic_core.recipes.policy import ScriptedPolicy
     from ludic_core.recipes.textarena import MAX_SEQ_LEN
     from tasks.models import build_model
 

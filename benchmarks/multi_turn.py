@@ -77,8 +77,8 @@ def main() -> int:
     ap.add_argument("--model-dir", help="an existing HF model dir with the byte tokenizer (skips the warm start)")
     args = ap.parse_args()
 
+    from ludic_core.compose.build import build_engine, episode_requests
     from ludic_core.models import load_model_and_tokenizer
-    from ludic_core.recipes.build import build_engine, episode_requests
 
     r = recipe()
     env, agent = r.env, rl_agent(r)

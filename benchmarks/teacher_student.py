@@ -65,9 +65,9 @@ def main() -> None:
     from flows.policies import VLLMPolicy
     from flows.rejection_sampling import RejectionSamplingConfig, rejection_sampling
     from flows.sft import SFTFlowConfig, sft
+    from ludic_core.compose.policy import ModelPolicy
     from ludic_core.config import SFT_TRAINER
     from ludic_core.models import build_tiny_model
-    from ludic_core.recipes.policy import ModelPolicy
     from ludic_core.recipes.tic_tac_toe import AGENT, ENV, RECIPE
 
     out, times = Path(a.out), {}

@@ -21,9 +21,9 @@ from flows.rejection_sampling import RejectionSamplingConfig, rejection_sampling
 from flows.rl_train import RLTrainConfig, rl_train
 from flows.sft import SFTFlowConfig, sft
 from ludic_core.bounds import MAX_EPISODES, MAX_GROUP, MAX_SEED, MAX_STEPS, bounded
+from ludic_core.compose.configs import AgentConfig
+from ludic_core.compose.policy import ModelPolicy, ScriptedPolicy
 from ludic_core.config import RL_TRAINER, SFT_TRAINER, GRPOConfig, TrainerConfig
-from ludic_core.recipes.configs import AgentConfig
-from ludic_core.recipes.policy import ModelPolicy, ScriptedPolicy
 from ludic_core.recipes.recipe import RECIPES, Recipe, get_recipe
 from tasks.artifacts import lineage_artifact, table_artifact
 from tasks.evaluation import evaluate_policy

@@ -8,7 +8,7 @@ from pydantic import Field, model_validator
 from flows.common import SlotConfig, held, require_model_dir
 from flows.policies import PolicyConfig, served
 from ludic_core.bounds import MAX_EPISODES, MAX_GROUP, MAX_SEED, bounded
-from ludic_core.recipes.configs import AgentConfig, EnvConfig
+from ludic_core.compose.configs import AgentConfig, EnvConfig
 from tasks.artifacts import table_artifact
 from tasks.evaluation import evaluate_policy
 
@@ -31,8 +31,8 @@ class EvaluateConfig(SlotConfig):
         return self
 
     def preflight(self) -> None:
-        from ludic_core.recipes.build import check_agent, check_env
-        from ludic_core.recipes.policy import check_policy
+        from ludic_core.compose.build import check_agent, check_env
+        from ludic_core.compose.policy import check_policy
 
         path = getattr(self.policy, "model_path", None)
         if path is not None:

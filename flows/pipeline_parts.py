@@ -18,11 +18,12 @@ from flows.common import SCHEDULE_FOLLOWS_STEPS, FlowConfig, LaunchConfig, held,
 from flows.pipeline_rl import (KEY_ENV, ActorLaunch, StageChain, actor_pool, keep_actors_busy, queue_report,
                                redis_queue)
 from ludic_core.bounds import MAX_BATCH, MAX_PROCESSES, MAX_SEQ_LEN, MAX_STEPS, bounded
-from ludic_core.config import RL_TRAINER, AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig
+from ludic_core.compose.configs import AgentConfig, EnvConfig, SeedSchedule
+from ludic_core.config import (RL_TRAINER, AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig,
+                               VLLMEndpoint, group_size_of)
 from ludic_core.queue.actor import ActorSpec
-from ludic_core.recipes.configs import AgentConfig, EnvConfig, SeedSchedule
 from ludic_core.training.checkpoint import latest_checkpoint
-from ludic_core.training.stage_spec import StageSpec, StreamData, VLLMEndpoint, group_size_of
+from ludic_core.training.stage_spec import StageSpec, StreamData
 from tasks.artifacts import table_artifact
 
 VLLM_KEY_ENV = "LUDIC_VLLM_API_KEY"
@@ -125,7 +126,7 @@ class PipelineActorConfig(FlowConfig):
         return self
 
     def preflight(self) -> None:
-        from ludic_core.recipes.build import check_agent, check_env
+        from ludic_core.compose.build import check_agent, check_env
 
         check_env(self.env)
         check_agent(self.agent)

@@ -29,13 +29,14 @@ from flows.common import SCHEDULE_FOLLOWS_STEPS, LaunchConfig, held, require_mod
 from flows.vllm_inference import VLLMSettings, vllm_inference
 from ludic_core.bounds import (MAX_BATCH, MAX_EPISODES, MAX_PROCESSES, MAX_QUEUE_ITEMS, MAX_SEED, MAX_STEPS,
                                bounded)
-from ludic_core.config import RL_TRAINER, AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig
+from ludic_core.compose.configs import AgentConfig, EnvConfig, SeedSchedule
+from ludic_core.compose.policy import ModelPolicy
+from ludic_core.config import (RL_TRAINER, AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig,
+                               group_size_of)
 from ludic_core.frozen import FrozenModel
 from ludic_core.queue.actor import ActorSpec
-from ludic_core.recipes.configs import AgentConfig, EnvConfig, SeedSchedule
-from ludic_core.recipes.policy import ModelPolicy
 from ludic_core.training.checkpoint import latest_checkpoint
-from ludic_core.training.stage_spec import StageSpec, StreamData, group_size_of
+from ludic_core.training.stage_spec import StageSpec, StreamData
 from tasks.artifacts import learning_curve_artifact, table_artifact
 from tasks.evaluation import evaluate_policy
 from tasks.pipeline import actor_round_task
@@ -110,7 +111,7 @@ class PipelineRLConfig(LaunchConfig):
         return self
 
     def preflight(self) -> None:
-        from ludic_core.recipes.build import check_agent, check_env
+        from ludic_core.compose.build import check_agent, check_env
 
         require_model_dir("model_path", self.model_path)
         check_env(self.env)

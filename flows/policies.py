@@ -14,8 +14,8 @@ from typing import Annotated, Any, Iterator, Literal, Union
 from pydantic import Field, SecretStr, model_validator
 
 from flows.common import FlowConfig
+from ludic_core.compose.policy import ModelPolicy, ScriptedPolicy
 from ludic_core.inference.vllm_server import VLLMServerConfig
-from ludic_core.recipes.policy import ModelPolicy, ScriptedPolicy
 
 __all__ = ["VLLMPolicy", "PolicyConfig", "served", "endpoint_from_block"]
 

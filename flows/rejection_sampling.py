@@ -11,7 +11,7 @@ from pydantic import Field, model_validator
 from flows.common import SlotConfig, held, require_model_dir
 from flows.policies import PolicyConfig, served
 from ludic_core.bounds import MAX_EPISODES, MAX_GROUP, bounded
-from ludic_core.recipes.configs import AgentConfig, EnvConfig, SeedSchedule
+from ludic_core.compose.configs import AgentConfig, EnvConfig, SeedSchedule
 from ludic_core.rejection import KeepRule
 from tasks.artifacts import table_artifact
 from tasks.rollouts import rejection_sample
@@ -40,8 +40,8 @@ class RejectionSamplingConfig(SlotConfig):
         return self
 
     def preflight(self) -> None:
-        from ludic_core.recipes.build import check_agent, check_env
-        from ludic_core.recipes.policy import check_policy
+        from ludic_core.compose.build import check_agent, check_env
+        from ludic_core.compose.policy import check_policy
 
         if self.student_path is not None:
             require_model_dir("student_path", self.student_path)

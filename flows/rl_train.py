@@ -14,11 +14,11 @@ from flows.loggers import wandb_spec
 from flows.staging import run_stages
 from flows.vllm_inference import VLLMSettings, vllm_inference
 from ludic_core.bounds import MAX_BATCH, MAX_EPISODES, MAX_SEED, MAX_STEPS, bounded
-from ludic_core.config import RL_TRAINER, AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig
-from ludic_core.recipes.configs import AgentConfig, EnvConfig, SeedSchedule
-from ludic_core.recipes.policy import ModelPolicy
+from ludic_core.compose.configs import AgentConfig, EnvConfig, SeedSchedule
+from ludic_core.compose.policy import ModelPolicy
+from ludic_core.config import (RL_TRAINER, AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig,
+                               group_size_of)
 from ludic_core.training.stage import RolloutData, StageSpec
-from ludic_core.training.stage_spec import group_size_of
 from tasks.artifacts import learning_curve_artifact, table_artifact
 from tasks.evaluation import evaluate_policy
 
@@ -59,7 +59,7 @@ class RLTrainConfig(TrainingConfig):
         return self
 
     def preflight(self) -> None:
-        from ludic_core.recipes.build import check_agent, check_env
+        from ludic_core.compose.build import check_agent, check_env
 
         require_model_dir("model_path", self.model_path)
         check_env(self.env)

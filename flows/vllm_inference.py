@@ -22,9 +22,10 @@ from pydantic import Field, SecretStr
 from flows.common import FlowConfig
 from flows.policies import endpoint_from_block
 from ludic_core.bounds import MAX_ATTEMPTS, MAX_BUCKET_MB, bounded
+from ludic_core.config import VLLMEndpoint
 from ludic_core.inference.vllm_server import VLLMServerConfig
 from ludic_core.publish.vllm import WeightPushError
-from ludic_core.training.stage import StageSpec, VLLMEndpoint
+from ludic_core.training.stage import StageSpec
 from tasks.inference import ensure_server, start_server, stop_server, watch_server
 from tasks.training import train_stage
 

@@ -12,9 +12,10 @@ from typing import Annotated, Literal, Union
 
 from pydantic import Field, model_validator
 
-from ludic_core.bounds import (MAX_BATCH, MAX_CHECKPOINTS, MAX_CONCURRENCY, MAX_DRAWS, MAX_GROUP, MAX_LORA_RANK,
-                               MAX_SEED, MAX_SEQ_LEN, MAX_STEPS, MAX_TOKEN_BUDGET, bounded)
+from ludic_core.bounds import (MAX_BATCH, MAX_BUCKET_MB, MAX_CHECKPOINTS, MAX_CONCURRENCY, MAX_DRAWS, MAX_GROUP,
+                               MAX_LORA_RANK, MAX_SEED, MAX_SEQ_LEN, MAX_STEPS, MAX_TOKEN_BUDGET, bounded)
 from ludic_core.frozen import FrozenModel
+from ludic_core.specs import DEVICE_DOC, DEVICE_PATTERN, DType
 
 __all__ = [
     "ReinforceConfig",
@@ -26,18 +27,15 @@ __all__ = [
     "ScaleRLConfig",
     "DynamicSampling",
     "AlgorithmConfig",
+    "group_size_of",
     "LoRAConfig",
     "TrainerConfig",
     "LocalInferenceConfig",
-    "DEVICE_PATTERN",
     "RL_TRAINER",
     "SFT_TRAINER",
+    "VLLMEndpoint",
 ]
 
-#: a device spec (`ludic_core.device` checks specs against it too; it imports torch, configs must not)
-DEVICE_PATTERN = r"^(auto|cpu|cuda(:\d+)?)$"
-_DEVICE_DOC = "auto (CUDA when present, else CPU) | cpu | cuda | cuda:N"
-DType = Literal["auto", "float32", "bfloat16", "float16"]
 Beta = Annotated[float, Field(ge=0.0, lt=1.0)]
 
 
@@ -152,6 +150,14 @@ AlgorithmConfig = Annotated[
 ]
 
 
+def group_size_of(algorithm: AlgorithmConfig) -> int:
+    """Samples per prompt: the algorithm's `group_size` (stated once, there), 1 without groups."""
+    size = getattr(algorithm, "group_size", None)
+    if size is None and hasattr(algorithm, "group_size"):
+        raise ValueError(f"algorithm {algorithm.type!r} compares samples of one prompt: set its group_size")
+    return int(size or 1)
+
+
 class LoRAConfig(FrozenModel):
     r: int = bounded(8, ge=1, le=MAX_LORA_RANK, description="adapter rank")
     alpha: int = Field(16, ge=1)
@@ -180,7 +186,7 @@ class TrainerConfig(FrozenModel):
         "computes fewer positions; checked once against padded rows. Off by default: on the CPU (sdpa, dense "
         "document masks) it measured 1.10-1.25x slower (docs/results.md); meant for GPU attention kernels")
     grad_checkpointing: bool = False
-    device: str = Field("auto", pattern=DEVICE_PATTERN, description=_DEVICE_DOC + "; torchrun ranks use their local GPU")
+    device: str = Field("auto", pattern=DEVICE_PATTERN, description=DEVICE_DOC + "; torchrun ranks use their local GPU")
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="compute precision: float32, or bfloat16 autocast over fp32 master weights; "
                             "auto = bfloat16 on a GPU, float32 on the CPU")
@@ -215,8 +221,21 @@ SFT_TRAINER = RL_TRAINER.model_copy(update={"lr": 2e-3, "warmup_steps": 10, "sch
 class LocalInferenceConfig(FrozenModel):
     """The in-process inference engine (`LocalChatClient`): where it decodes."""
 
-    device: str = Field("auto", pattern=DEVICE_PATTERN, description=_DEVICE_DOC)
+    device: str = Field("auto", pattern=DEVICE_PATTERN, description=DEVICE_DOC)
     dtype: DType = Field("auto", description="weights' dtype: auto = bfloat16 on a GPU, float32 on the CPU")
     max_batch_size: int | None = bounded(
         None, ge=1, le=MAX_CONCURRENCY,
         description="requests decoded together in one batch; default 256 on a GPU, 64 on the CPU")
+
+
+class VLLMEndpoint(FrozenModel):
+    """Roll out through a running vLLM server and publish weights into it.
+
+    The API key is read from the environment variable `api_key_env`, so it is
+    never written into a spec file (torchrun stages read specs from disk).
+    """
+
+    base_url: str = Field(description="the server's OpenAI API root, e.g. http://127.0.0.1:8000/v1")
+    model: str = Field("policy", description="served model name")
+    api_key_env: str = Field("LUDIC_VLLM_API_KEY", description="environment variable holding the API key")
+    bucket_mb: int = bounded(64, ge=1, le=MAX_BUCKET_MB, description="weight-push bucket size")

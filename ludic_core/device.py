@@ -24,7 +24,7 @@ from typing import Any, ContextManager
 
 import torch
 
-from ludic_core.config import DEVICE_PATTERN, DType
+from ludic_core.specs import DEVICE_PATTERN, DType
 
 __all__ = [
     "DEVICE_ENV",

@@ -17,8 +17,10 @@ from typing import Any, Sequence
 
 from pydantic import Field
 
+from ludic_core.batching.chat import chat_items
 from ludic_core.batching.saw import SAWItem
 from ludic_core.frozen import FrozenModel
+from ludic_core.models.fingerprint import tokenizer_fingerprint
 from ludic_core.types import Rollout
 
 __all__ = ["KeepRule", "keep_episodes", "rollouts_to_dataset", "save_dataset", "load_saw_items", "load_sft_items"]
@@ -152,9 +154,6 @@ def load_sft_items(path: str | Path, tokenizer: Any, *, use: str = "auto") -> tu
     messages. `path` may also be a JSONL file or any `datasets` directory with
     a `messages` column.
     """
-    from ludic_core.batching.chat import chat_items
-    from ludic_core.models.fingerprint import tokenizer_fingerprint
-
     if use not in ("auto", "tokens", "messages"):
         raise ValueError(f"use must be auto, tokens or messages, got {use!r}")
     p = Path(path)

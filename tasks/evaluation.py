@@ -8,9 +8,9 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from pydantic import SecretStr
 
+from ludic_core.compose.configs import AgentConfig, EnvConfig
+from ludic_core.compose.policy import open_client
 from ludic_core.eval import evaluate_policy as evaluate
-from ludic_core.recipes.configs import AgentConfig, EnvConfig
-from ludic_core.recipes.policy import open_client
 
 
 @task(name="evaluate-policy", cache_policy=NO_CACHE, retries=1)

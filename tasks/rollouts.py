@@ -8,10 +8,10 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from pydantic import SecretStr
 
-from ludic_core.recipes.configs import AgentConfig, EnvConfig, SeedSchedule
-from ludic_core.recipes.policy import open_client
-from ludic_core.recipes.rejection_sampling import rejection_sample as sample
+from ludic_core.compose.configs import AgentConfig, EnvConfig, SeedSchedule
+from ludic_core.compose.policy import open_client
 from ludic_core.rejection import KeepRule
+from ludic_core.rejection_sampling import rejection_sample as sample
 
 
 @task(name="rejection-sample", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=1)

@@ -80,9 +80,9 @@ def _fresh_package(tmp_path: Path, monkeypatch, files: dict[str, str]) -> None:
 
 
 def test_bring_your_own_env_snippet_runs(tmp_path, monkeypatch):
+    from ludic_core.compose.configs import AgentConfig, EnvConfig
     from ludic_core.eval import evaluate_policy
     from ludic_core.inference import ScriptedChatClient
-    from ludic_core.recipes.configs import AgentConfig, EnvConfig
 
     text = section(BYO, "An env in a few lines")
     assert len(text.strip().splitlines()) < 25, "the page promises a short recipe"
@@ -122,8 +122,8 @@ def _with(agent, **changes):
 
 
 def test_the_scripted_teacher_solves_the_guessing_game_as_the_page_says(guess_game):
+    from ludic_core.compose.policy import open_client
     from ludic_core.eval import evaluate_policy
-    from ludic_core.recipes.policy import open_client
 
     client, _ = open_client(guess_game.policy, None)  # the config's path: factory(**kwargs) -> policy
     seeds = range(guess_game.seed, guess_game.seed + guess_game.episodes)  # as the evaluate flow plays them
@@ -135,8 +135,8 @@ def test_the_scripted_teacher_solves_the_guessing_game_as_the_page_says(guess_ga
 
 def test_the_teacher_sees_only_what_the_context_shows(guess_game):
     """With the last observation only, binary search has nothing to go on: it repeats its opening."""
+    from ludic_core.compose.policy import open_client
     from ludic_core.eval import evaluate_policy
-    from ludic_core.recipes.policy import open_client
 
     client, _ = open_client(guess_game.policy, None)
     seen = []

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ludic_core.batching.saw import SAWItem
+from ludic_core.jsonl import iter_jsonl
 
 __all__ = ["ROLES", "validate_messages", "chat_to_item", "read_chat_examples", "chat_items"]
 
@@ -116,8 +117,6 @@ def _messages_of(row: Any, where: str) -> list[dict]:
 
 
 def _read_jsonl(path: Path) -> list[list[dict]]:
-    from ludic_core.jsonl import iter_jsonl
-
     return [_messages_of(row, f"{path}:{lineno}") for lineno, row in iter_jsonl(path, objects=False)]
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 from ludic_core.batching.saw import SAWBatch, SAWItem
+from ludic_core.credit import drop_zero_variance_groups
 from ludic_core.rollout.jsonl import read_rollouts
 from ludic_core.types import Message, Rollout
 
@@ -44,8 +45,6 @@ class BatchSource(Protocol):
 def signal_groups(rollouts: Sequence[Rollout]) -> int:
     """Groups whose episodes do not all end with the same return (the ones with
     a non-zero group-relative advantage somewhere)."""
-    from ludic_core.credit import drop_zero_variance_groups
-
     kept, _ = drop_zero_variance_groups(rollouts)
     return len({r.meta["group_id"] for r in kept})
 

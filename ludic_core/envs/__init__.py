@@ -5,7 +5,7 @@ that never touch a model.
 """
 
 from ludic_core.envs.arithmetic import ArithmeticEnv, generate_arithmetic_problems
-from ludic_core.envs.base import EnvError, LudicEnv
+from ludic_core.envs.base import EnvError, LudicEnv, PolicyResolver
 from ludic_core.envs.dataset_qa import DatasetQAEnv, gsm8k_target_parser, numeric_verifier
 from ludic_core.envs.single_agent import SingleAgentEnv
 from ludic_core.envs.tic_tac_toe import (
@@ -13,14 +13,17 @@ from ludic_core.envs.tic_tac_toe import (
     TicTacToeEnv,
     scripted_tic_tac_toe_policy,
 )
+from ludic_core.envs.tic_tac_toe_metrics import tic_tac_toe_metrics
 
 __all__ = [
     "LudicEnv",
     "EnvError",
+    "PolicyResolver",
     "SingleAgentEnv",
     "TicTacToeEnv",
     "TicTacToeDuelEnv",
     "scripted_tic_tac_toe_policy",
+    "tic_tac_toe_metrics",
     "DatasetQAEnv",
     "numeric_verifier",
     "gsm8k_target_parser",

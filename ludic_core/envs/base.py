@@ -11,11 +11,21 @@ output.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, Callable, Protocol
 
 from ludic_core.types import StepOutcome
 
-__all__ = ["LudicEnv", "EnvError"]
+__all__ = ["LudicEnv", "EnvError", "PolicyResolver"]
+
+
+class PolicyResolver(Protocol):
+    """How an env that plays scripted seats turns a policy named in its config
+    (a registered name or `pkg.module:factory`, plus keywords) into players: a
+    function of the seed returning a fresh `policy(messages) -> reply`, checked
+    when resolved. `ludic_core.compose` passes the registry's to any env factory
+    with a `policies` parameter, so envs stay below the layer that builds them."""
+
+    def __call__(self, name: str, kwargs: dict[str, Any]) -> Callable[[int | None], Callable[[list[Any]], str]]: ...
 
 
 class EnvError(RuntimeError):

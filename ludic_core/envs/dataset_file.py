@@ -25,6 +25,7 @@ from ludic_core.envs.dataset_qa import (
     gsm8k_target_parser,
     numeric_verifier,
 )
+from ludic_core.jsonl import iter_jsonl
 
 __all__ = ["dataset_qa_env", "load_rows"]
 
@@ -65,8 +66,6 @@ def _mtime_ns(path: Path) -> int:
 
 
 def _read_jsonl(path: Path) -> _JsonlRows:
-    from ludic_core.jsonl import iter_jsonl
-
     rows = [row for _, row in iter_jsonl(path)]
     out = _JsonlRows(rows)
     shared = set.intersection(*(set(r) for r in rows)) if rows else set()

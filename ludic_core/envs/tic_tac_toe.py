@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable, Literal
 
 from ludic_core.envs.base import LudicEnv
 from ludic_core.envs.single_agent import SingleAgentEnv
+from ludic_core.envs.tic_tac_toe_metrics import tic_tac_toe_metrics
 from ludic_core.envs.tic_tac_toe_rules import (  # the rules live there; re-exported here
     EMPTY_BOARD,
     _as_board,
@@ -182,9 +183,7 @@ class TicTacToeEnv(SingleAgentEnv):
     @staticmethod
     def episode_metrics(rollouts: Iterable[Any]) -> dict[str, float]:
         """The outcome table, overall and per seat (`X/win_draw_rate`, ...);
-        `ludic_core.eval.env_metrics` finds it on the class."""
-        from ludic_core.eval.tic_tac_toe import tic_tac_toe_metrics
-
+        `ludic_core.metrics.env_metrics` finds it on the class."""
         rollouts = list(rollouts)
         out = tic_tac_toe_metrics(rollouts)
         for mark in ("X", "O"):

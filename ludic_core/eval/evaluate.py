@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Sequence
 
-from ludic_core.eval.reducers import env_metrics, episode_metrics
-from ludic_core.recipes.build import build_engine, env_factory, episode_requests
-from ludic_core.recipes.configs import AgentConfig, EnvConfig
+from ludic_core.compose.build import build_engine, env_factory, episode_requests
+from ludic_core.compose.configs import AgentConfig, EnvConfig
+from ludic_core.metrics.reducers import env_metrics, episode_metrics
+from ludic_core.rollout import GRPORequestStrategy
 
 __all__ = ["evaluate_policy"]
 
@@ -25,8 +26,6 @@ def evaluate_policy(client: Any, env: EnvConfig, agent: AgentConfig, *, seeds: S
     `temperature` overrides the agent's (0 = greedy); pass@k is reported for
     k = `samples` (unbiased estimator over each seed's samples).
     """
-    from ludic_core.rollout import GRPORequestStrategy
-
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
     sampling = agent.sampling if temperature is None else agent.sampling.model_copy(update={"temperature": temperature})

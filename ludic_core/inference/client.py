@@ -7,7 +7,7 @@ from typing import Any, Mapping, Protocol, runtime_checkable
 from ludic_core.inference.sampling import ChatCompletionRequest
 from ludic_core.types import ChatResponse
 
-__all__ = ["ChatClient"]
+__all__ = ["ChatClient", "WeightPusher"]
 
 
 @runtime_checkable
@@ -23,3 +23,11 @@ class ChatClient(Protocol):
     async def complete(self, request: ChatCompletionRequest) -> tuple[ChatResponse, dict[str, Any]]: ...
 
     def sync_weights(self, params: Mapping[str, Any], *, version: int) -> int: ...
+
+
+class WeightPusher(Protocol):
+    """Pushes weights into a server a client reads from (`ludic_core.publish`'s
+    `VLLMPolicyPublisher` is one). A server-backed client is handed one rather
+    than building it: publishing sits above inference, and only imports it."""
+
+    def publish(self, state_dict: Mapping[str, Any], *, version: int) -> None: ...

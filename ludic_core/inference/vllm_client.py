@@ -23,6 +23,7 @@ from typing import Any, Mapping
 
 import httpx
 
+from ludic_core.inference.client import WeightPusher
 from ludic_core.inference.errors import ContextLengthError, InferenceServerError
 from ludic_core.inference.sampling import ChatCompletionRequest
 from ludic_core.inference.vllm_http import (
@@ -75,7 +76,9 @@ class VLLMChatClient:
         self._known_version: str | None = None
         self._version_read: _VersionRead | None = None
         self.version_read_delay_s = 0.005
-        self._publisher: Any = None
+        #: what `sync_weights` pushes through: a `WeightPusher` for this server (e.g.
+        #: `VLLMPolicyPublisher(client.root_url, on_published=client.note_published)`), set by its owner
+        self.publisher: WeightPusher | None = None
         self.stats = {"requests": 0, "version_retries": 0, "transport_retries": 0}
 
     # ---- ChatClient ----------------------------------------------------
@@ -97,13 +100,11 @@ class VLLMChatClient:
                                    f"{self.max_version_retries + 1} attempts of one request")
 
     def sync_weights(self, params: Mapping[str, Any], *, version: int) -> int:
-        """Push `params` through vLLM's weight-transfer API (see VLLMPolicyPublisher)."""
-        if self._publisher is None:
-            from ludic_core.publish.vllm import VLLMPolicyPublisher
-
-            self._publisher = VLLMPolicyPublisher(self.root_url, api_key=self._api_key,
-                                                  on_published=self.note_published)
-        self._publisher.publish(params, version=version)
+        """Push `params` through `self.publisher` (vLLM's weight-transfer API, say)."""
+        if self.publisher is None:
+            raise RuntimeError(f"{self.base_url}: no publisher to push weights with; set client.publisher = "
+                               "VLLMPolicyPublisher(client.root_url, api_key=..., on_published=client.note_published)")
+        self.publisher.publish(params, version=version)
         return int(version)
 
     def note_published(self, version: int) -> None:

@@ -9,17 +9,20 @@ nothing. Item ids are `ROUND/INDEX`, so the trainer's audit can name each.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
 from pydantic import Field
 
-from ludic_core.config import AlgorithmConfig, LocalInferenceConfig
+from ludic_core.compose.configs import AgentConfig, EnvConfig, SeedSchedule
+from ludic_core.compose.source import rollout_source
+from ludic_core.config import AlgorithmConfig, LocalInferenceConfig, VLLMEndpoint, group_size_of
 from ludic_core.frozen import FrozenModel
+from ludic_core.models import tokenizer_fingerprint
+from ludic_core.publish.directory import read_latest
 from ludic_core.queue.codec import encode_item
-from ludic_core.queue.stream import SAWStream
-from ludic_core.recipes.configs import AgentConfig, EnvConfig, SeedSchedule
-from ludic_core.training.stage_spec import VLLMEndpoint
+from ludic_core.queue.stream import SAWStream, connect
 
 __all__ = ["ActorSpec", "actor_round", "run_actor_round"]
 
@@ -74,10 +77,6 @@ def run_actor_round(spec: ActorSpec, round_index: int) -> dict[str, float]:
     """Wait for room on the stream, load the newest published policy, play one
     round, put it on the stream as round `round_index` (retrying the same index
     writes nothing twice). A round that finds training over plays nothing."""
-    import os
-
-    from ludic_core.queue.stream import connect
-
     stream = SAWStream(connect(spec.url, password=os.environ.get(spec.password_env) or None), key=spec.key,
                        max_backlog=spec.max_backlog)
     try:
@@ -97,16 +96,9 @@ def run_actor_round(spec: ActorSpec, round_index: int) -> dict[str, float]:
 
 def _source(spec: ActorSpec, round_index: int) -> tuple[Any, int, str | None]:
     """A `RolloutBatchSource` on the newest policy: (source, its version, tokenizer fingerprint)."""
-    import os
-
+    # deferred: torch and transformers, which an ActorSpec (a task parameter) must load without
     from ludic_core.algorithms import build_algorithm
-    from ludic_core.batching.sources import RolloutBatchSource
     from ludic_core.inference import LocalChatClient
-    from ludic_core.models import tokenizer_fingerprint
-    from ludic_core.publish.directory import read_latest
-    from ludic_core.recipes.build import build_engine, episode_requests
-    from ludic_core.rollout import GRPORequestStrategy, IdentityStrategy
-    from ludic_core.training.stage_spec import group_size_of
 
     if spec.vllm is not None:
         from ludic_core.inference.vllm_client import VLLMChatClient
@@ -125,15 +117,10 @@ def _source(spec: ActorSpec, round_index: int) -> tuple[Any, int, str | None]:
         version, model_dir = latest
         client = LocalChatClient(model_dir, policy_version=version, **spec.local.model_dump())
         fingerprint = tokenizer_fingerprint(client.tokenizer)
-    algorithm = build_algorithm(spec.algorithm)
-    group, n = group_size_of(spec.algorithm), spec.requests_per_round
-    base = round_index * _DRAWS_PER_ROUND
-    source = RolloutBatchSource(
-        build_engine(spec.env, spec.agent, client),
-        lambda i: episode_requests(spec.env, spec.agent, spec.schedule.seeds(n, offset=(base + i) * n)),
-        algorithm, max_steps=spec.agent.max_turns,
-        strategy=GRPORequestStrategy(group, seed=spec.schedule.start + round_index) if group > 1 else IdentityStrategy(),
-        max_seq_len=spec.max_seq_len)
+    source = rollout_source(spec.env, spec.agent, spec.schedule, build_algorithm(spec.algorithm), client,
+                            group_size=group_size_of(spec.algorithm), requests_per_draw=spec.requests_per_round,
+                            max_seq_len=spec.max_seq_len, first_draw=round_index * _DRAWS_PER_ROUND,
+                            strategy_seed=spec.schedule.start + round_index)
     return source, version, fingerprint
 
 
@@ -141,7 +128,5 @@ def _fingerprint(tokenizer_path: str | None) -> str | None:
     if tokenizer_path is None:
         return None
     from transformers import AutoTokenizer
-
-    from ludic_core.models import tokenizer_fingerprint
 
     return tokenizer_fingerprint(AutoTokenizer.from_pretrained(tokenizer_path))

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ludic_core.compose.configs import AgentConfig, ComponentConfig, EnvConfig
 from ludic_core.inference.sampling import SamplingConfig
-from ludic_core.recipes.configs import AgentConfig, ComponentConfig, EnvConfig
 from ludic_core.recipes.recipe import Recipe
 
 __all__ = ["RECIPE", "TASKS", "CONFIG"]

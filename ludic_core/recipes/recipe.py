@@ -13,9 +13,9 @@ from typing import Any
 from pydantic import Field
 
 from ludic_core.bounds import MAX_EPISODES, MAX_SEED, MAX_STEPS, bounded
+from ludic_core.compose.configs import AgentConfig, EnvConfig
 from ludic_core.config import RL_TRAINER
 from ludic_core.frozen import FrozenModel
-from ludic_core.recipes.configs import AgentConfig, EnvConfig
 from ludic_core.rejection import KeepRule
 
 __all__ = ["Recipe", "RECIPES", "get_recipe"]

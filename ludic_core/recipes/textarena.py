@@ -22,8 +22,8 @@ Choices, for a model trained from scratch with a 1024-token context:
 
 from __future__ import annotations
 
+from ludic_core.compose.configs import AgentConfig, ComponentConfig, EnvConfig
 from ludic_core.inference.sampling import SamplingConfig
-from ludic_core.recipes.configs import AgentConfig, ComponentConfig, EnvConfig
 from ludic_core.recipes.recipe import Recipe
 from ludic_core.rejection import KeepRule
 

@@ -26,7 +26,7 @@ have no regret, and the evaluation scores outcomes), which helps from starts
 with room to gain (docs/experiments/2026-11-27-rl-from-the-demo-start.md).
 
 The helpers below are thin wrappers over the generic seam
-(`ludic_core.recipes.build`), kept for benchmarks and tests that run the
+(`ludic_core.compose.build`), kept for benchmarks and tests that run the
 chain without Prefect.
 """
 
@@ -35,10 +35,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Sequence
 
+from ludic_core.compose.build import PROTOCOL, build_engine
+from ludic_core.compose.configs import AgentConfig, ComponentConfig, EnvConfig
+from ludic_core.envs.tic_tac_toe import minimax_teacher
+from ludic_core.eval import evaluate_policy
 from ludic_core.inference import ScriptedChatClient
 from ludic_core.inference.sampling import InferenceSpec, SamplingConfig
-from ludic_core.recipes.build import PROTOCOL, build_engine
-from ludic_core.recipes.configs import AgentConfig, ComponentConfig, EnvConfig
 from ludic_core.recipes.recipe import Recipe
 from ludic_core.rejection import KeepRule, keep_episodes
 from ludic_core.rollout import EnvSpec, ProtocolSpec, RolloutEngine, RolloutRequest
@@ -102,8 +104,6 @@ def tic_tac_toe_requests(n: int, *, marks: Sequence[str] = ("X", "O"), opponent:
 def teacher_rollouts(tokenizer: Any, *, games: int, seed: int = 0, opponent: str = "random",
                      tie_break: str = "preference", jsonl_path: str | None = None) -> list[Rollout]:
     """Games played by the minimax teacher through the LLM stack (real token traces)."""
-    from ludic_core.envs.tic_tac_toe import minimax_teacher
-
     teacher = ScriptedChatClient(minimax_teacher(seed=seed, tie_break=tie_break), tokenizer)  # type: ignore[arg-type]
     engine = tic_tac_toe_engine(teacher, jsonl_path=jsonl_path)
     return asyncio.run(engine.generate_rollouts(tic_tac_toe_requests(games, seed=seed, opponent=opponent),
@@ -119,8 +119,6 @@ def evaluate_tic_tac_toe(client: Any, *, games_per_mark: int = 200, opponent: st
                          temperature: float = 0.0, seed: int = 100_000) -> dict[str, float]:
     """Legal-move and win/draw rates as X and as O (greedy by default): the demo's
     evaluation (seats alternate by seed, so `2 * games_per_mark` games from `seed`)."""
-    from ludic_core.eval import evaluate_policy
-
     env = ENV.model_copy(update={"kwargs": {**ENV.kwargs, "opponent": opponent}})
     metrics = evaluate_policy(client, env, AGENT, seeds=range(seed, seed + 2 * games_per_mark),
                               temperature=temperature)

@@ -18,9 +18,9 @@ from typing import Any
 
 from ludic_core.lifetime import die_with_parent
 from ludic_core.training.stage_data import batch_source, inference, needs_inference, publisher_only
-from ludic_core.training.stage_spec import DatasetData, RolloutData, StageSpec, StreamData, VLLMEndpoint
+from ludic_core.training.stage_spec import DatasetData, RolloutData, StageSpec, StreamData
 
-__all__ = ["DatasetData", "RolloutData", "StreamData", "VLLMEndpoint", "StageSpec", "run_stage", "main"]
+__all__ = ["DatasetData", "RolloutData", "StreamData", "StageSpec", "run_stage", "main"]
 
 
 def _loggers(spec: StageSpec, is_main: bool, extra: list | None) -> list:
@@ -63,7 +63,7 @@ def run_stage(spec: StageSpec, *, loggers: list | None = None) -> dict[str, Any]
     all_loggers = _loggers(spec, ctx.is_main, loggers)
     try:
         if isinstance(spec.data, StreamData) and ctx.world_size > 1:
-            from ludic_core.queue.broadcast import BroadcastSource  # one reader: rank 0
+            from ludic_core.training.broadcast import BroadcastSource  # one reader: rank 0 (torch: deferred)
 
             source: Any = BroadcastSource(batch_source(spec, algorithm, tok, client) if ctx.is_main else None, ctx)
         else:

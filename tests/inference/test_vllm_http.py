@@ -187,3 +187,18 @@ def test_base_url_and_version_parsing():
     with pytest.raises(ValueError, match="ending in /v1"):
         VLLMChatClient("http://127.0.0.1:8000")
     assert (parse_version("default"), parse_version("12"), parse_version("abc")) == (0, 12, None)
+
+
+def test_sync_weights_pushes_through_the_publisher_its_owner_gave_it():
+    """Inference never imports publish: the client is handed its `WeightPusher`."""
+    client = VLLMChatClient("http://127.0.0.1:9/v1")
+    with pytest.raises(RuntimeError, match="publisher"):
+        client.sync_weights({}, version=1)
+    pushed = []
+
+    class Recorder:
+        def publish(self, state_dict, *, version):
+            pushed.append((dict(state_dict), version))
+
+    client.publisher = Recorder()
+    assert client.sync_weights({"w": 1}, version=3) == 3 and pushed == [({"w": 1}, 3)]

@@ -154,7 +154,7 @@ def test_a_malformed_try_leaves_a_0_1_envs_return_in_0_1():
     answer, is a return of 1 and a success; only-malformed replies are 0, not negative.
     Parse errors are still reported, as their own rate."""
     from ludic_core.envs.arithmetic import ArithmeticEnv, arithmetic_oracle
-    from ludic_core.eval.reducers import episode_metrics
+    from ludic_core.metrics.reducers import episode_metrics
 
     oracle = arithmetic_oracle()
 

@@ -12,8 +12,8 @@ from pydantic import BaseModel, ValidationError
 
 from flows.cli import FLOWS, load_flow
 from flows.examples import required_values
+from ludic_core.compose.configs import ComponentConfig
 from ludic_core.frozen import FrozenModel
-from ludic_core.recipes.configs import ComponentConfig
 
 SFT = {"model_path": "m", "dataset_path": "d"}
 RL = {"model_path": "m", "env": {"name": "arithmetic"}}

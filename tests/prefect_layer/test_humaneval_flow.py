@@ -5,7 +5,7 @@ model writes no code: every sample fails, and is counted)."""
 
 import pytest
 
-from ludic_core.recipes.configs import AgentConfig, ComponentConfig, EnvConfig
+from ludic_core.compose.configs import AgentConfig, ComponentConfig, EnvConfig
 
 pytestmark = pytest.mark.slow
 
@@ -15,7 +15,7 @@ AGENT = AgentConfig(parser=ComponentConfig(name="code_block"), max_turns=1)
 
 def test_humaneval_pass_at_k_through_the_evaluate_flow(prefect_api):
     from flows.evaluate import EvaluateConfig, evaluate
-    from ludic_core.recipes.policy import ScriptedPolicy
+    from ludic_core.compose.policy import ScriptedPolicy
 
     m = evaluate(EvaluateConfig(policy=ScriptedPolicy(policy="code_reference", kwargs={"problems": "humaneval"}),
                                 env=ENV, agent=AGENT, episodes=164, samples=2, seed=0, temperature=None))
@@ -25,8 +25,8 @@ def test_humaneval_pass_at_k_through_the_evaluate_flow(prefect_api):
 
 def test_a_model_directory_on_humaneval_runs_end_to_end(prefect_api, tiny_model_dir):
     from flows.evaluate import EvaluateConfig, evaluate
+    from ludic_core.compose.policy import ModelPolicy
     from ludic_core.inference.sampling import SamplingConfig
-    from ludic_core.recipes.policy import ModelPolicy
 
     agent = AGENT.model_copy(update={"sampling": SamplingConfig(max_tokens=32)})
     m = evaluate(EvaluateConfig(policy=ModelPolicy(model_path=str(tiny_model_dir)), env=ENV, agent=agent,

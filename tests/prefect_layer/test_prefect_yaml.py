@@ -108,7 +108,7 @@ def test_schedules_are_examples_only(deployments):
 def test_shared_definitions_are_the_tic_tac_toe_recipe(spec, deployments):
     """The YAML anchors (`&ttt_env`, `&ttt_agent`) and the merge key (`<<: *ttt_agent`)
     resolve to the recipe's own configs, so the chain's stages play the same game."""
-    from ludic_core.recipes.configs import AgentConfig, EnvConfig
+    from ludic_core.compose.configs import AgentConfig, EnvConfig
     from ludic_core.recipes.tic_tac_toe import AGENT, ENV, RECIPE
 
     assert EnvConfig.model_validate(spec["definitions"]["env"]) == ENV

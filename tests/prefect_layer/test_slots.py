@@ -22,7 +22,7 @@ def test_two_runs_on_one_slot_take_turns(prefect_api, tiny_model_dir):
     from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
 
     from flows.evaluate import EvaluateConfig, evaluate
-    from ludic_core.recipes.policy import ModelPolicy
+    from ludic_core.compose.policy import ModelPolicy
     from ludic_core.recipes.tic_tac_toe import AGENT, ENV
 
     with get_client(sync_client=True) as client:
@@ -44,7 +44,7 @@ def test_two_runs_on_one_slot_take_turns(prefect_api, tiny_model_dir):
 
 def test_a_missing_slot_is_named(prefect_api, tiny_model_dir):
     from flows.evaluate import EvaluateConfig, evaluate
-    from ludic_core.recipes.policy import ModelPolicy
+    from ludic_core.compose.policy import ModelPolicy
     from ludic_core.recipes.tic_tac_toe import AGENT, ENV
 
     cfg = EvaluateConfig(policy=ModelPolicy(model_path=str(tiny_model_dir)), env=ENV, agent=AGENT, episodes=2,

@@ -11,8 +11,8 @@ import pytest
 from flows.policies import VLLMPolicy
 from flows.rejection_sampling import RejectionSamplingConfig, rejection_sampling
 from flows.sft import SFTFlowConfig, sft
+from ludic_core.compose.policy import ModelPolicy
 from ludic_core.config import TrainerConfig
-from ludic_core.recipes.policy import ModelPolicy
 from ludic_core.recipes.tic_tac_toe import AGENT, ENV
 from ludic_core.rejection import KeepRule
 

@@ -92,7 +92,7 @@ def _expected_fields() -> dict[str, str]:
     """label -> description of the fields a user fills in: evaluate's config and
     the env and agent sections every flow shares."""
     from flows.evaluate import EvaluateConfig
-    from ludic_core.recipes.configs import AgentConfig, EnvConfig
+    from ludic_core.compose.configs import AgentConfig, EnvConfig
 
     out = {}
     for model in (EvaluateConfig, EnvConfig, AgentConfig):

@@ -18,8 +18,8 @@ def test_the_demo_trains_rl_at_the_recipes_lr_unless_told_otherwise():
 
 def _first_move_rewards(env_cfg, seed: int = 1) -> dict[int, tuple[float, float]]:
     """{cell: (regret, reward)} for each legal first move of the agent (O on odd seeds)."""
+    from ludic_core.compose.build import env_factory
     from ludic_core.envs.tic_tac_toe import legal_moves, move_regret, parse_observation
-    from ludic_core.recipes.build import env_factory
 
     make = env_factory(env_cfg)
     board, mark = parse_observation(make(**env_cfg.kwargs).env_reset(seed=seed)[0])

@@ -25,6 +25,7 @@ from ludic_core.bounds import MAX_SECONDS, MAX_SEED
 from ludic_core.envs.reasoning_gym import tasks as rgt
 from ludic_core.envs.reasoning_gym.scorer import SCORE_TIMEOUT_S, score_answer, warm_scorer
 from ludic_core.envs.single_agent import SingleAgentEnv
+from ludic_core.metrics.per_task import per_task_metrics
 from ludic_core.types import StepOutcome
 
 __all__ = ["ReasoningGymEnv", "REASONING_GYM_SYSPROMPT", "MAX_ANSWER_CHARS"]
@@ -79,8 +80,6 @@ class ReasoningGymEnv(SingleAgentEnv):
     @staticmethod
     def episode_metrics(rollouts: Iterable[Any]) -> dict[str, float]:
         """Accuracy, mean score and pass@k per task (`basic_arithmetic/accuracy`, ...)."""
-        from ludic_core.eval.per_task import per_task_metrics
-
         return per_task_metrics(rollouts)
 
     def env_reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:

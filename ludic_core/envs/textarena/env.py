@@ -16,7 +16,9 @@ error (`EnvError`), and the protocol keeps the steps played so far.
 `TextArenaOpponentEnv` is the single-agent form for training against a fixed
 opponent: the agent plays one seat (fixed, or alternating with the seed) and
 scripted policies (`ludic.policies`, e.g. `textarena_random`) play the others
-inside `step`, with their own dialogs.
+inside `step`, with their own dialogs. Names resolve through `policies`, which
+the config layer (`ludic_core.compose`) passes in: an env never imports the
+layer that builds it.
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ import inspect
 import random
 from typing import Any, Callable, Iterable, Literal
 
-from ludic_core.envs.base import EnvError, LudicEnv
+from ludic_core.envs.base import EnvError, LudicEnv, PolicyResolver
 from ludic_core.envs.textarena.game import TextArenaGame
 from ludic_core.envs.textarena.metrics import textarena_metrics
+from ludic_core.envs.textarena.players import textarena_random, textarena_tic_tac_toe_minimax
 from ludic_core.types import StepOutcome
 
 __all__ = ["TextArenaEnv", "TextArenaOpponentEnv", "player_id"]
@@ -95,17 +98,22 @@ class TextArenaEnv(LudicEnv):
 
 PolicyFn = Callable[[list[dict[str, Any]]], str]
 
+#: the players of this package, by their registered names: what an env built without a config resolves
+_OWN_PLAYERS: dict[str, Callable[..., PolicyFn]] = {"textarena_random": textarena_random,
+                                                    "textarena_tic_tac_toe_minimax": textarena_tic_tac_toe_minimax}
 
-def _opponent_factory(name: str, kwargs: dict[str, Any]) -> Callable[[int | None], PolicyFn]:
-    """seed -> a fresh scripted policy (registered name or import path), checked now:
-    a bad name or keyword fails when the env is built, not mid-episode."""
-    from ludic_core.recipes.registry import call_with_kwargs, check_kwargs, resolve
 
-    factory = resolve("policy", name)
+def _own_player(name: str, kwargs: dict[str, Any]) -> Callable[[int | None], PolicyFn]:
+    """seed -> a fresh player of this package, its keywords checked now. Any other
+    policy (an entry point, `pkg.module:factory`) is the registry's business, which
+    the config layer passes in as `policies`."""
+    if name not in _OWN_PLAYERS:
+        raise ValueError(f"opponent {name!r}: without `policies` only {sorted(_OWN_PLAYERS)} resolve; build the env "
+                         "from an EnvConfig or pass policies=ludic_core.compose.policy.seeded_policy")
+    factory = _OWN_PLAYERS[name]
     seeded = "seed" in inspect.signature(factory).parameters and "seed" not in kwargs
-    check_kwargs(factory, {**kwargs, "seed": 0} if seeded else kwargs, f"opponent policy {name!r}")
-    return lambda seed: call_with_kwargs(factory, {**kwargs, "seed": seed} if seeded else kwargs,
-                                         f"opponent policy {name!r}")
+    inspect.signature(factory).bind(**({**kwargs, "seed": 0} if seeded else kwargs))  # a bad keyword: TypeError now
+    return lambda seed: factory(**({**kwargs, "seed": seed} if seeded else kwargs))
 
 
 class TextArenaOpponentEnv(LudicEnv):
@@ -122,12 +130,13 @@ class TextArenaOpponentEnv(LudicEnv):
 
     def __init__(self, game: str = "TicTacToe-v0", opponent: str = "textarena_random",
                  opponent_kwargs: dict[str, Any] | None = None, seat: int | Literal["alternate"] = "alternate",
-                 num_players: int = 2, env_kwargs: dict[str, Any] | None = None) -> None:
+                 num_players: int = 2, env_kwargs: dict[str, Any] | None = None,
+                 policies: PolicyResolver | None = None) -> None:
         if num_players < 2:
             raise ValueError(f"an opponent needs a game of 2 or more players, got num_players={num_players}")
         if seat != "alternate" and not (isinstance(seat, int) and 0 <= seat < num_players):
             raise ValueError(f"seat must be 'alternate' or a player id in 0..{num_players - 1}, got {seat!r}")
-        self._make_opponent = _opponent_factory(opponent, dict(opponent_kwargs or {}))
+        self._make_opponent = (policies or _own_player)(opponent, dict(opponent_kwargs or {}))
         self.game = TextArenaGame(game, num_players, env_kwargs)
         self.opponent, self.seat_rule = opponent, seat
         self.seat = 0 if seat == "alternate" else seat

@@ -12,9 +12,10 @@ import asyncio
 from pathlib import Path
 from typing import Any, Sequence
 
-from ludic_core.recipes.build import build_engine, episode_requests
-from ludic_core.recipes.configs import AgentConfig, EnvConfig
+from ludic_core.compose.build import build_engine, episode_requests
+from ludic_core.compose.configs import AgentConfig, EnvConfig
 from ludic_core.rejection import KeepRule, keep_episodes, rollouts_to_dataset, save_dataset
+from ludic_core.rollout import GRPORequestStrategy
 
 __all__ = ["rejection_sample"]
 
@@ -22,8 +23,6 @@ __all__ = ["rejection_sample"]
 def rejection_sample(client: Any, env: EnvConfig, agent: AgentConfig, *, seeds: Sequence[int], samples: int,
                      keep: KeepRule, out_dir: str | Path, fingerprint: str | None) -> dict[str, Any]:
     """Rewrites `out_dir` from scratch (rollouts.jsonl, dataset/), so a retry is safe."""
-    from ludic_core.rollout import GRPORequestStrategy
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     jsonl = out / "rollouts.jsonl"

@@ -12,7 +12,7 @@ runs from a YAML file or the Prefect UI without touching this project:
 
 Bundled entries are import paths too, so resolving one imports only what it
 names. Resolving never calls what it finds: everything but a bundled entry
-must first declare its kind (`ludic_core.recipes.kinds`), so a config cannot
+must first declare its kind (`ludic_core.compose.kinds`), so a config cannot
 name `subprocess:getoutput` as an env and have it run. Every failure is a
 `ComponentError` naming the value and the alternatives, raised before any
 episode runs.
@@ -27,7 +27,8 @@ from importlib.metadata import entry_points
 from typing import Any, Callable, Literal, Mapping
 
 from ludic_core.bounds import MAX_NAME_LEN
-from ludic_core.recipes.kinds import check_kind
+from ludic_core.compose.errors import ComponentError
+from ludic_core.compose.kinds import check_kind
 
 __all__ = ["ComponentError", "Kind", "BUNDLED", "registered", "resolve", "check_kwargs", "call_with_kwargs",
            "check_ref"]
@@ -75,10 +76,6 @@ BUNDLED: dict[str, dict[str, str]] = {
 
 _NAME = re.compile(r"[A-Za-z_][\w.-]*")
 _PATH = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
-
-
-class ComponentError(ValueError):
-    """A config names a component that cannot be found or built."""
 
 
 def registered(kind: Kind) -> dict[str, str]:

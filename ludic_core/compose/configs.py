@@ -4,7 +4,7 @@ Every flow (rejection sampling, SFT, RL, evaluate) takes the same `EnvConfig`
 and `AgentConfig`, so the Prefect UI shows the same fields everywhere and a
 YAML file written for one flow's env works in the next. Torch-free: these load
 in a UI form or on a Prefect server that never imports a model. Names are only
-checked for syntax here; `ludic_core.recipes.build` resolves them at first use
+checked for syntax here; `ludic_core.compose.build` resolves them at first use
 (the user's package may be installed on the worker but not on the server).
 """
 
@@ -15,9 +15,9 @@ from typing import Any, ClassVar
 from pydantic import Field, field_validator
 
 from ludic_core.bounds import MAX_SEED, MAX_STRIDE, MAX_TURNS, bounded
+from ludic_core.compose.registry import check_ref
 from ludic_core.frozen import FrozenModel
 from ludic_core.inference.sampling import SamplingConfig
-from ludic_core.recipes.registry import check_ref
 
 __all__ = ["ComponentConfig", "EnvConfig", "AgentConfig", "SeedSchedule"]
 

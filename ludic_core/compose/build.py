@@ -7,11 +7,16 @@ it, before any model call.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable, Sequence
 
+from ludic_core.agents import Agent, ToolAgent
+from ludic_core.compose.configs import AgentConfig, ComponentConfig, EnvConfig
+from ludic_core.compose.policy import seeded_policy
+from ludic_core.compose.registry import ComponentError, call_with_kwargs, resolve
+from ludic_core.envs.base import LudicEnv
 from ludic_core.inference.sampling import InferenceSpec, SamplingConfig
-from ludic_core.recipes.configs import AgentConfig, ComponentConfig, EnvConfig
-from ludic_core.recipes.registry import ComponentError, call_with_kwargs, resolve
+from ludic_core.interaction import MultiAgentProtocol, SingleAgentSyncProtocol
 from ludic_core.rollout import EnvSpec, ProtocolSpec, RolloutEngine, RolloutRequest
 
 __all__ = ["env_factory", "check_env", "check_agent", "agent_factory", "build_agent", "build_engine",
@@ -22,22 +27,30 @@ PROTOCOL = "agent"
 
 
 def env_factory(cfg: EnvConfig) -> Callable[..., Any]:
-    """The env's class or factory, wrapped so a wrong keyword is named."""
+    """The env's class or factory, wrapped so a wrong keyword is named. A factory
+    with a `policies` parameter (an env with scripted seats) gets the registry's
+    `PolicyResolver`: the env names policies, this layer finds them."""
     factory = resolve("env", cfg.name)
+    inject = {"policies": seeded_policy} if _takes(factory, "policies") else {}
 
     def make(**kwargs: Any) -> Any:
-        return call_with_kwargs(factory, kwargs, f"env {cfg.name!r}")
+        return call_with_kwargs(factory, {**kwargs, **inject}, f"env {cfg.name!r}")
 
     make.episode_metrics = getattr(factory, "episode_metrics", None)  # type: ignore[attr-defined]
     return make
+
+
+def _takes(factory: Callable[..., Any], name: str) -> bool:
+    try:
+        return name in inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # no signature: it takes nothing we could pass
+        return False
 
 
 def check_env(cfg: EnvConfig) -> None:
     """Build the env once (resolves the name, checks its kind and kwargs), so a
     config error surfaces when a flow starts rather than as N failed episodes.
     Whatever the env raises on bad kwargs becomes a ComponentError naming it."""
-    from ludic_core.envs.base import LudicEnv
-
     make = env_factory(cfg)  # resolved and kind-checked: nothing was called yet
     try:
         env = make(**cfg.kwargs)
@@ -69,8 +82,6 @@ def agent_factory(cfg: AgentConfig) -> Callable[[Any], Any]:
     """client -> a fresh Agent (a ToolAgent when tools are named). Names are
     resolved once, here: resolving scans the installed entry points, which cost
     90% of a scripted teacher's episode when it was done per agent."""
-    from ludic_core.agents import Agent, ToolAgent
-
     make_parser, make_context = _component_factory("parser", cfg.parser), _component_factory("context", cfg.context)
     tools = [resolve("tool", t) for t in cfg.tools]
 
@@ -90,8 +101,6 @@ def build_agent(cfg: AgentConfig, client: Any) -> Any:
 def build_engine(env: EnvConfig, agent: AgentConfig, client: Any, *, jsonl_path: str | None = None,
                  max_concurrency: int = 256) -> RolloutEngine:
     """An engine that plays `env` with agents over `client` (one protocol per episode)."""
-    from ludic_core.interaction import MultiAgentProtocol, SingleAgentSyncProtocol
-
     make_env, make_agent = env_factory(env), agent_factory(agent)
     seats: list[str] = []  # the env's agent ids, read from the first env built
 

@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from ludic_core.recipes.registry import ComponentError, call_with_kwargs, check_ref, registered, resolve
+from ludic_core.compose.registry import ComponentError, call_with_kwargs, check_ref, registered, resolve
 
 
 def test_bundled_names_resolve_without_importing_the_rest():

@@ -7,7 +7,7 @@ from fractions import Fraction
 import pytest
 
 from ludic_core.envs.tic_tac_toe import TicTacToeEnv
-from ludic_core.eval import env_metrics, episode_metrics, pass_at_k
+from ludic_core.metrics import env_metrics, episode_metrics, pass_at_k
 from ludic_core.types import Rollout, Step, TokenTrace
 
 

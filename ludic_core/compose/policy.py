@@ -8,16 +8,19 @@ they are the student's.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import inspect
+from typing import Any, Callable, Literal
 
 from pydantic import Field
 
+from ludic_core.compose.registry import call_with_kwargs, check_kwargs, check_ref, resolve
 from ludic_core.config import LocalInferenceConfig
 from ludic_core.frozen import FrozenModel
-from ludic_core.recipes.registry import call_with_kwargs, check_kwargs, check_ref, resolve
+from ludic_core.inference import ScriptedChatClient
+from ludic_core.models.fingerprint import tokenizer_fingerprint
 
-__all__ = ["ScriptedPolicy", "ModelPolicy", "check_policy", "scripted_client", "model_client", "http_client",
-           "open_client"]
+__all__ = ["ScriptedPolicy", "ModelPolicy", "check_policy", "seeded_policy", "scripted_client", "model_client",
+           "http_client", "open_client"]
 
 
 class ScriptedPolicy(FrozenModel):
@@ -47,11 +50,19 @@ def check_policy(spec: Any) -> None:
         check_kwargs(resolve("policy", spec.policy), spec.kwargs, f"policy {spec.policy!r}")
 
 
+def seeded_policy(name: str, kwargs: dict[str, Any]) -> Callable[[int | None], Callable[[list[Any]], str]]:
+    """seed -> a fresh scripted policy (registered name or import path), checked now:
+    a bad name or keyword fails when the env that plays it is built, not mid-episode.
+    The `PolicyResolver` (`ludic_core.envs.base`) compose gives envs with scripted seats."""
+    factory = resolve("policy", name)
+    seeded = "seed" in inspect.signature(factory).parameters and "seed" not in kwargs
+    check_kwargs(factory, {**kwargs, "seed": 0} if seeded else kwargs, f"opponent policy {name!r}")
+    return lambda seed: call_with_kwargs(factory, {**kwargs, "seed": seed} if seeded else kwargs,
+                                         f"opponent policy {name!r}")
+
+
 def scripted_client(spec: ScriptedPolicy, tokenizer: Any | None) -> tuple[Any, str | None]:
     """Replies rendered with `tokenizer` (the student's), so their ids are the student's."""
-    from ludic_core.inference import ScriptedChatClient
-    from ludic_core.models.fingerprint import tokenizer_fingerprint
-
     policy = call_with_kwargs(resolve("policy", spec.policy), spec.kwargs, f"policy {spec.policy!r}")
     if not callable(policy):
         raise TypeError(f"policy factory {spec.policy!r} returned a {type(policy).__name__}, "
@@ -61,8 +72,7 @@ def scripted_client(spec: ScriptedPolicy, tokenizer: Any | None) -> tuple[Any, s
 
 
 def model_client(spec: ModelPolicy) -> tuple[Any, str]:
-    from ludic_core.inference import LocalChatClient
-    from ludic_core.models.fingerprint import tokenizer_fingerprint
+    from ludic_core.inference import LocalChatClient  # torch and transformers: loaded when a model plays
 
     client = LocalChatClient(spec.model_path, **spec.local.model_dump())
     return client, tokenizer_fingerprint(client.tokenizer)
@@ -77,8 +87,6 @@ def http_client(base_url: str, *, model: str, api_key: str | None,
     fingerprint = None
     if tokenizer_path:
         from transformers import AutoTokenizer
-
-        from ludic_core.models.fingerprint import tokenizer_fingerprint
 
         fingerprint = tokenizer_fingerprint(AutoTokenizer.from_pretrained(tokenizer_path))
     return VLLMChatClient(base_url, model=model, api_key=api_key), fingerprint

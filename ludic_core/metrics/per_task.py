@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Iterable
 
-from ludic_core.eval.reducers import group_key, pass_at_k
+from ludic_core.metrics.reducers import group_key, pass_at_k
 from ludic_core.types import Rollout
 
 __all__ = ["per_task_metrics", "episode_task", "episode_score"]

@@ -26,6 +26,11 @@ import sys
 import typing
 from typing import Any, Callable
 
+from ludic_core.compose.errors import ComponentError
+from ludic_core.context.base import ContextStrategy
+from ludic_core.envs.base import LudicEnv
+from ludic_core.parsers import ParseResult
+
 __all__ = ["check_kind"]
 
 
@@ -63,24 +68,18 @@ def _returns_callable_of(ann: Any, result: type) -> bool:
 
 
 def _env_ok(obj: Any) -> bool:
-    from ludic_core.envs.base import LudicEnv
-
     if inspect.isclass(obj):
         return issubclass(obj, LudicEnv)
     return _is_class_of(_return_annotation(obj), LudicEnv)
 
 
 def _context_ok(obj: Any) -> bool:
-    from ludic_core.context.base import ContextStrategy
-
     if inspect.isclass(obj):
         return _is_class_of(obj, ContextStrategy)
     return _is_class_of(_return_annotation(obj), ContextStrategy)
 
 
 def _parser_ok(obj: Any) -> bool:
-    from ludic_core.parsers import ParseResult
-
     return _returns_callable_of(_return_annotation(obj), ParseResult)
 
 
@@ -127,8 +126,6 @@ def _what(obj: Any) -> str:
 
 def check_kind(kind: str, obj: Any, ref: str) -> None:
     """Raise ComponentError unless `obj` declares itself a `kind`; never calls `obj`."""
-    from ludic_core.recipes.registry import ComponentError
-
     check, noun, how = _RULES[kind]
     if inspect.getattr_static(obj, f"__ludic_{kind}__", False) is True or check(obj):
         return

@@ -5,12 +5,12 @@ import asyncio
 import pytest
 from pydantic import ValidationError
 
+from ludic_core.compose.build import build_agent, build_engine, check_env, episode_requests
+from ludic_core.compose.configs import AgentConfig, ComponentConfig, EnvConfig
+from ludic_core.compose.registry import ComponentError
 from ludic_core.envs import SingleAgentEnv
 from ludic_core.eval import evaluate_policy
 from ludic_core.inference import ScriptedChatClient
-from ludic_core.recipes.build import build_agent, build_engine, check_env, episode_requests
-from ludic_core.recipes.configs import AgentConfig, ComponentConfig, EnvConfig
-from ludic_core.recipes.registry import ComponentError
 from ludic_core.types import StepOutcome
 
 
@@ -53,14 +53,14 @@ def test_agent_config_builds_parser_context_and_tools():
     agent = build_agent(AgentConfig(parser=ComponentConfig(name="xml_tag", kwargs={"tag": "move"}),
                                     context=ComponentConfig(name="sliding_window", kwargs={"keep_last": 2})), None)
     assert isinstance(agent.context, SlidingWindowContext) and agent.parser("<move>7</move>").action == "7"
-    tool_agent = build_agent(AgentConfig(tools=("tests.recipes.test_build:echo",)), None)
+    tool_agent = build_agent(AgentConfig(tools=("tests.compose.test_build:echo",)), None)
     assert isinstance(tool_agent, ToolAgent) and list(tool_agent.tools) == ["echo"]
     with pytest.raises(ComponentError, match="parser 'xml_tag' needs parameter 'tag'"):
         build_agent(AgentConfig(parser=ComponentConfig(name="xml_tag")), None)
 
 
 def test_an_env_that_raises_in_reset_fails_that_episode_and_it_is_counted():
-    env = EnvConfig(name="tests.recipes.test_build:FlakyEnv")
+    env = EnvConfig(name="tests.compose.test_build:FlakyEnv")
     metrics = evaluate_policy(ScriptedChatClient(echo), env, AgentConfig(max_turns=1), seeds=range(6))
     # seeds 1, 3, 5 raise in reset; 0, 2, 4 answer their own seed and succeed
     assert metrics["episodes"] == 6 and metrics["failed"] == 3 and metrics["failed_rate"] == 0.5
@@ -68,7 +68,7 @@ def test_an_env_that_raises_in_reset_fails_that_episode_and_it_is_counted():
 
 
 def test_engine_plays_any_env_with_the_agent_config():
-    env, agent = EnvConfig(name="tests.recipes.test_build:FlakyEnv"), AgentConfig(max_turns=1)
+    env, agent = EnvConfig(name="tests.compose.test_build:FlakyEnv"), AgentConfig(max_turns=1)
     engine = build_engine(env, agent, ScriptedChatClient(echo))
     rollouts = asyncio.run(engine.generate_rollouts(episode_requests(env, agent, [2, 4]), max_steps=1))
     assert [r.total_reward for r in rollouts] == [1.0, 1.0]
@@ -88,8 +88,8 @@ def test_a_multi_agent_env_seats_the_same_policy_in_every_seat():
 def test_names_are_resolved_once_per_engine_not_per_episode(monkeypatch):
     """Resolving a name scans every installed distribution's entry points (~30 ms here):
     per episode it was 90% of a scripted teacher's time. An engine resolves each name once."""
+    from ludic_core.compose import registry
     from ludic_core.envs.tic_tac_toe import minimax_teacher
-    from ludic_core.recipes import registry
 
     scans = []
     real = registry.entry_points

@@ -14,6 +14,7 @@ from dataclasses import asdict
 from typing import Any, Callable, Mapping
 
 from ludic_core.batching.saw import SAWBatch, SAWItem
+from ludic_core.training.distributed import broadcast_object_json
 
 __all__ = ["BroadcastSource"]
 
@@ -36,8 +37,6 @@ class BroadcastSource:
             self.inner.trainer_version = fn
 
     def next_batch(self) -> SAWBatch:
-        from ludic_core.training.distributed import broadcast_object_json
-
         payload = None
         if self.inner is not None:
             try:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ludic_core.eval.per_task import episode_task, per_task_metrics
+from ludic_core.metrics.per_task import episode_task, per_task_metrics
 from ludic_core.types import Rollout, Step
 
 

@@ -1,0 +1,20 @@
+"""Configs -> objects: the seam between plain, JSON-able configs and the library's parts.
+
+Every flow (rejection sampling, SFT, RL, evaluation, pipeline actors) describes a run
+with the same configs, and this package is where they meet code:
+
+- `configs`:  EnvConfig, AgentConfig, ComponentConfig, SeedSchedule (torch-free);
+- `registry`: a name or `pkg.module:Factory` -> the object (entry points included);
+- `kinds`:    what a component must declare before a config may call it;
+- `build`:    envs, agents, engines and requests for any env;
+- `policy`:   who plays (scripted, a model directory, a server) -> a `ChatClient`;
+- `source`:   the one builder of a fresh-rollout `RolloutBatchSource`.
+
+Importing the package loads only the configs (no torch), so a Prefect server can
+validate a form; the builders are imported from their modules.
+"""
+
+from ludic_core.compose.configs import AgentConfig, ComponentConfig, EnvConfig, SeedSchedule
+from ludic_core.compose.errors import ComponentError
+
+__all__ = ["AgentConfig", "ComponentConfig", "EnvConfig", "SeedSchedule", "ComponentError"]

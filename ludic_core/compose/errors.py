@@ -1,0 +1,7 @@
+"""The one error of the composition layer: a config names what cannot be found or built."""
+
+__all__ = ["ComponentError"]
+
+
+class ComponentError(ValueError):
+    """A config names a component that cannot be found or built."""
