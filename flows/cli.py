@@ -7,6 +7,7 @@ ending with a table of evaluations. `ludic run FLOW --config FILE` runs any
 flow with a YAML/JSON config validated by that flow's config model, and
 checked (paths, env names) before Prefect starts; `ludic run FLOW --example`
 prints a complete, commented config; `ludic model tiny` builds a model directory;
+`ludic export --merge CHECKPOINT --out DIR` merges a LoRA run's adapter into its base;
 `ludic serve --setup` installs vLLM into its own environment and `ludic serve
 --model DIR` runs a vLLM server for a model directory until interrupted;
 `ludic zombies` sets up the automation that marks dead runs Crashed.
@@ -250,6 +251,14 @@ def _cmd_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_export(args: argparse.Namespace) -> int:
+    from ludic_core.training.export import export_merged
+
+    out = export_merged(args.merge, args.out, base=args.base)
+    print(f"merged {args.merge} into its base: a plain model directory at {out}")
+    return 0
+
+
 def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
@@ -352,6 +361,15 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("--seed", type=int, default=0)
     tiny.add_argument("--overwrite", action="store_true")
     tiny.set_defaults(func=_cmd_model)
+    export = sub.add_parser("export", help="turn a LoRA run's adapter checkpoint into a plain model directory")
+    export.add_argument("--merge", required=True, metavar="CHECKPOINT",
+                        help="adapter checkpoint: OUT/checkpoints/step_N (or its model/ dir, or the checkpoints "
+                             "root for its latest)")
+    export.add_argument("--out", required=True, help="new directory for the merged model (config, tokenizer, "
+                                                     "safetensors)")
+    export.add_argument("--base", help="the base model directory (default: the path the adapter records; its "
+                                       "fingerprint is checked either way)")
+    export.set_defaults(func=_cmd_export)
     serve = sub.add_parser("serve", help="run vLLM's OpenAI server for a model dir (or --setup to install vLLM)")
     serve.add_argument("--setup", action="store_true", help="install vLLM into its own environment and exit")
     serve.add_argument("--build", default="auto", choices=["auto", "cpu", "cuda"],

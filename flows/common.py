@@ -92,11 +92,14 @@ def require_path(field: str, path: str, what: str = "file or directory", hint: s
 
 
 def require_model_dir(field: str, path: str) -> None:
-    """A Hugging Face model directory: `config.json` at least (else transformers
+    """A Hugging Face model directory: `config.json` at least, or a LoRA adapter
+    checkpoint (`adapter_config.json`; loaded merged into its base) (else transformers
     would take the path for a hub repo id and fail far from the cause). A missing
     one says how to make it: a fresh clone has no `runs/`, yet prefect.yaml and
     `ludic run FLOW --example` point at `runs/models/tiny-1m`."""
     require_path(field, path, "model directory", _model_hint(path))
+    if (Path(path) / "adapter_config.json").is_file():  # a LoRA checkpoint: loaders merge it into its base
+        return
     if not (Path(path) / "config.json").is_file():
         raise FileNotFoundError(f"{field}: {path!r} is not a model directory (no config.json in it)")
 

@@ -12,6 +12,10 @@ answer is delivered the moment its row finishes, and with
 `continuous_batching` a request that arrives meanwhile (the next turn of a
 game that just got its answer) joins the running batch at the next decode
 step instead of waiting for the batch's slowest row.
+
+LoRA adapters are served as vLLM serves them (`inference.adapters`): loaded
+under a name (`load_adapter`), picked by a request's `model` field, one
+adapter per decode batch; requests for another adapter wait for the next.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any, Mapping
 import torch
 
 from ludic_core.device import model_device, place_model, resolve_dtype
+from ludic_core.inference.adapters import ServedAdapters, UnknownModelError
 from ludic_core.inference.batch_decoder import BatchDecoder, Generation
 from ludic_core.inference.errors import ContextLengthError
 from ludic_core.inference.sampling import ChatCompletionRequest
@@ -51,6 +56,8 @@ class LocalChatClient:
         policy_version: int = 0,
         continuous_batching: bool = True,
         compile: bool | str = "auto",
+        served_model_name: str = "policy",
+        keep_last: int = 2,
     ) -> None:
         """`model`: an HF model directory, or a model object with its `tokenizer`.
 
@@ -62,7 +69,8 @@ class LocalChatClient:
         on the CPU. `continuous_batching` False makes arrivals wait for the
         running batch to finish (the behaviour of a plain batched `generate`).
         `compile`: see `BatchDecoder` ("auto": CUDA graphs on a GPU, eager on
-        the CPU).
+        the CPU). `served_model_name`: the `model` a request names for the bare
+        base once adapters are loaded; `keep_last`: adapters kept loaded.
         """
         if isinstance(model, (str, Path)):
             from ludic_core.models.loading import load_model_and_tokenizer
@@ -85,6 +93,8 @@ class LocalChatClient:
         self.policy_version = policy_version
         self.continuous_batching = continuous_batching
         self._decoder = BatchDecoder(self.model, tokenizer, compile=compile)
+        self.adapters = ServedAdapters(self.model, base_name=served_model_name, keep_last=keep_last)
+        self._base_version = policy_version
         self._lock = threading.Lock()  # one decode loop or one weight swap at a time
         self._syncing = threading.Event()  # a weight swap waits: admit no new rows
         self._pending: list[tuple[ChatCompletionRequest, list[int], asyncio.Future]] = []
@@ -108,6 +118,7 @@ class LocalChatClient:
 
     # ---- ChatClient ----------------------------------------------------
     async def complete(self, request: ChatCompletionRequest) -> tuple[ChatResponse, dict[str, Any]]:
+        self.adapters.resolve(request.model)  # an unknown name fails now, not in the batch
         prompt = self.encode_prompt(request)
         if len(prompt) >= self._decoder.max_len:  # fail this caller only, not its batch
             raise ContextLengthError(
@@ -126,7 +137,7 @@ class LocalChatClient:
         Every name must exist and every shape match, else nothing is changed and
         the error lists the offending names.
         """
-        state = self.model.state_dict()
+        state = self.adapters.base_state()
         unknown = [k for k in params if k not in state]
         bad_shape = [
             f"{k}: got {tuple(v.shape)}, expected {tuple(state[k].shape)}"
@@ -143,11 +154,54 @@ class LocalChatClient:
             with self._lock, torch.no_grad():
                 for k, v in params.items():
                     state[k].copy_(v)  # casts dtype and moves device in one go (buffers keep their addresses)
-                self.policy_version = int(version)
+                self._base_version = int(version)
+                if self.adapters.default is None:
+                    self.policy_version = int(version)
         finally:
             self._syncing.clear()
         log.info("LocalChatClient now serves policy version %d (%d tensors)", version, len(params))
         return self.policy_version
+
+    def load_adapter(self, name: str, tensors: Mapping[str, Any] | str | Path, config: Any = None, *,
+                     version: int, make_default: bool = True) -> int:
+        """Serve LoRA adapter `name` (PEFT-keyed `tensors` with a `peft.LoraConfig` or its dict,
+        or an adapter directory) at policy `version`; by default requests that name no model
+        get it from now on. A directory of another base is refused (fingerprints differ).
+
+        Rows decoding meanwhile finish first, on the adapter they started with. The
+        oldest adapters beyond `keep_last` are unloaded. Returns the default's version.
+        """
+        if isinstance(tensors, (str, Path)):
+            tensors, config = self._read_adapter(tensors)
+        elif config is None:
+            raise ValueError(f"adapter {name!r}: tensors need their LoRA config")
+        self._syncing.set()
+        try:
+            with self._lock:
+                if self.adapters.peft is None:  # new layers: frames (and compiled steps) of the bare model go
+                    self._decoder._frames.clear()
+                    self._decoder.compile = False  # a compiled step would not see adapter switches
+                gone = self.adapters.load(name, tensors, config, version=version, make_default=make_default)
+                self.policy_version = self.adapters.version(self.adapters.default, self._base_version)
+        finally:
+            self._syncing.clear()
+        log.info("LocalChatClient loaded adapter %s (version %d)%s", name, version,
+                 f"; unloaded {gone}" if gone else "")
+        return self.policy_version
+
+    def _read_adapter(self, path: str | Path) -> tuple[dict, Any]:
+        from ludic_core.models.adapter_dir import base_fingerprint, check_base, read_adapter
+
+        tensors, config, ref = read_adapter(path)
+        mine = base_fingerprint(self.model)
+        if ref is not None and ref["fingerprint"].get("dtype") == mine["dtype"]:  # values compare in one dtype
+            check_base(ref, mine, getattr(self.model, "name_or_path", None), path)
+        return tensors, config
+
+    def unload_adapter(self, name: str) -> None:
+        with self._lock:
+            self.adapters.unload(name)
+            self.policy_version = self.adapters.version(self.adapters.default, self._base_version)
 
     # ---- batching --------------------------------------------------------
     async def _drain(self) -> None:
@@ -183,10 +237,18 @@ class LocalChatClient:
         """The decode thread: run the decoder until nothing is live or waiting."""
         def poll() -> list:
             # only this loop's requests: a run that outlives its loop (asyncio.run returned and
-            # cancelled the drain task) must not take, and never answer, a later loop's
+            # cancelled the drain task) must not take, and never answer, a later loop's;
+            # and only those for the batch's adapter (the first request's): the rest wait
             with self._pending_lock:
-                taken = [p for p in self._pending if p[2].get_loop() is loop]
-                self._pending = [p for p in self._pending if p[2].get_loop() is not loop]
+                taken, kept = [], []
+                for p in self._pending:
+                    if p[2].get_loop() is not loop:
+                        kept.append(p)
+                    elif (target := self._target(p, loop)) is not _FAILED:
+                        if not adapter:
+                            adapter.append(target)
+                        (taken if target == adapter[0] else kept).append(p)
+                self._pending = kept
             for item in taken:
                 in_flight[id(item[2])] = item
             self.stats["requests"] += len(taken)
@@ -207,14 +269,27 @@ class LocalChatClient:
         while self._syncing.is_set():  # a weight swap waits for the lock: let it go first
             time.sleep(0.001)
         with self._lock:
-            start, version, sizes = time.perf_counter(), self.policy_version, [0]
+            start, sizes, adapter = time.perf_counter(), [0], []
             first = poll()
+            if not adapter:
+                return
+            self.adapters.activate(adapter[0])
+            version = self.adapters.version(adapter[0], self._base_version)
             sizes[0] = len(first)
             self.stats["batches"] += 1
             self.stats["max_batch"] = max(self.stats["max_batch"], sizes[0])
             queue = [first]
             self._decoder.run(lambda: queue.pop() if queue else poll(), emit, max_batch=self.max_batch_size,
                               continuous=self.continuous_batching, admitting=lambda: not self._syncing.is_set())
+
+    def _target(self, pending: tuple, loop: asyncio.AbstractEventLoop) -> Any:
+        """The adapter a pending request runs on now; an adapter unloaded since it
+        arrived fails that request alone."""
+        try:
+            return self.adapters.resolve(pending[0].model)
+        except UnknownModelError as exc:
+            loop.call_soon_threadsafe(_fail, pending[2], exc)
+            return _FAILED
 
     @staticmethod
     def _to_response(
@@ -230,6 +305,14 @@ class LocalChatClient:
             policy_version=version,
         )
         return resp, {"backend": "local", "batch_size": batch_size, "batch_seconds": secs}
+
+
+_FAILED = object()
+
+
+def _fail(fut: asyncio.Future, exc: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(exc)
 
 
 def _resolve(fut: asyncio.Future, response: Any) -> None:

@@ -24,11 +24,13 @@ def load_model_and_tokenizer(
     `device` and `dtype` are `ludic_core.device` specs ("auto" included); the
     CPU in float32 by default, since the trainer moves the model itself.
     A tokenizer without a pad token gets its eos token as pad, since batched
-    generation needs one.
+    generation needs one. A LoRA adapter directory (`adapter_dir`) loads as its
+    base with the adapter merged in, after checking it is the adapter's base.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ludic_core.device import resolve_device, resolve_dtype
+    from ludic_core.models.adapter_dir import is_adapter_dir, load_adapter_model
 
     _check_local(path)
     target = resolve_device(device)
@@ -38,8 +40,11 @@ def load_model_and_tokenizer(
         tok.pad_token = tok.eos_token
     if tok.chat_template is None:
         raise ValueError(f"tokenizer at {path} has no chat template; agents need one")
-    with MODEL_INIT_LOCK:
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype)
+    if is_adapter_dir(path):
+        model = load_adapter_model(path).to(torch_dtype)
+    else:
+        with MODEL_INIT_LOCK:
+            model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype)
     model = model.to(target)
     model.eval()
     return model, tok

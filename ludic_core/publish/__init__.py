@@ -4,9 +4,10 @@ imported lazily: it needs torch and httpx)."""
 
 from typing import Any
 
-from ludic_core.publish.base import InProcessPublisher, PolicyPublisher
+from ludic_core.publish.base import AdapterPublisher, InProcessPublisher, PolicyPublisher, adapter_name
 
-__all__ = ["InProcessPublisher", "PolicyPublisher", "VLLMPolicyPublisher", "WeightPushError"]
+__all__ = ["AdapterPublisher", "InProcessPublisher", "PolicyPublisher", "VLLMPolicyPublisher", "WeightPushError",
+           "adapter_name"]
 
 
 def __getattr__(name: str) -> Any:

@@ -2,7 +2,8 @@
 
 One checkpoint is `ROOT/step_{step:08d}/`:
 
-    model/                   HF `save_pretrained` output (+ tokenizer): publishable as is
+    model/                   HF `save_pretrained` output (+ tokenizer): publishable as is;
+                             a LoRA run's is its adapter (PEFT files + base pointer, `models.adapter_dir`)
     optimizer.safetensors    every optimizer tensor, e.g. `state.<param fqn>.exp_avg`
     optimizer.json           the rest of the optimizer state dict (param_groups, ...)
     scheduler.json           `scheduler.state_dict()` (JSON-able entries only)
@@ -38,7 +39,9 @@ from ludic_core.training.checkpoint_state import (
     rng_snapshot,
     to_tensor,
 )
+from ludic_core.training.checkpoint_adapter import adapter_state_for, require_adapter, write_adapter
 from ludic_core.training.distributed import DistContext, all_gather_json, broadcast_object_json
+from ludic_core.training.lora import is_lora
 
 __all__ = ["latest_checkpoint", "load_checkpoint", "load_model_weights", "save_checkpoint"]
 
@@ -146,6 +149,8 @@ def _prune(root: Path, keep: Path, keep_last: int | None) -> None:
 
 
 def _write_model(model: nn.Module, state: dict[str, torch.Tensor], out: Path, tokenizer: Any) -> None:
+    if is_lora(model):
+        return write_adapter(model, state, out, tokenizer)
     out.mkdir(parents=True)
     if hasattr(model, "save_pretrained"):
         model.save_pretrained(out, state_dict=state)  # drops tied duplicates, writes config
@@ -217,7 +222,8 @@ def save_checkpoint(
         raise ValueError(f"keep_last must be >= 1 or None, got {keep_last}")
     root = Path(root)
     final = root / f"step_{step:08d}"
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    # a LoRA run stores its adapter only: the frozen base is never gathered
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=is_lora(model))
     model_sd, optim_sd = get_state_dict(model, optimizer, options=options)
     rng_snaps = all_gather_json(rng_snapshot(), ctx)
     error = None
@@ -283,6 +289,8 @@ def load_model_weights(path: str | Path) -> dict[str, torch.Tensor]:
 
 def _model_state_for(model: nn.Module, ckpt: Path) -> dict[str, torch.Tensor]:
     """The checkpoint's weights keyed exactly as `model`'s state dict (tied names restored)."""
+    if is_lora(model):
+        return adapter_state_for(model, ckpt / "model", _state_keys(model))
     weights = {_canonical(k): v for k, v in load_model_weights(ckpt).items()}
     for group in _tied_groups(model):
         source = next((weights[n] for n in group if n in weights), None)
@@ -300,6 +308,8 @@ def _read_rank0(ckpt_arg: str | Path, model: nn.Module, want_optim: bool) -> tup
     """Rank 0: resolve, validate (fingerprint first) and read everything; raises on a bad checkpoint."""
     ckpt = _resolve(ckpt_arg)
     state = json.loads((ckpt / "trainer_state.json").read_text())
+    if is_lora(model):  # the clearer refusal first: full weights where an adapter should be
+        require_adapter(ckpt / "model")
     _check_fingerprint(model, state["model_fingerprint"], ckpt)
     rng_snaps = decode(state.pop("rng"), load_file(ckpt / "rng.safetensors"))
     rng = [map_device_states(r, torch.Tensor.tolist) for r in rng_snaps]
@@ -358,7 +368,8 @@ def load_checkpoint(
         raise ValueError(f"checkpoint {header['path']} was saved without a scheduler")
     # set_state_dict would skip the model on ranks whose model_state_dict is empty (it treats
     # that as "optimizer only") and hang rank 0's broadcast, so load the two separately.
-    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=ctx.is_distributed)
+    # an adapter checkpoint holds the trainable tensors only: the base stays as loaded
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=ctx.is_distributed, strict=not is_lora(model))
     if optimizer is not None:
         set_optimizer_state_dict(model, optimizer, optim_sd, options=options)
         _retuple_param_groups(optimizer)

@@ -1,32 +1,99 @@
-"""LoRA through peft: train adapters, publish merged full weights.
+"""LoRA through peft: train adapters, checkpoint and publish adapters, merge on export.
 
-Inference engines get plain HF-named full weights (W + B A * scale), so a
-LoRA run publishes exactly like a full fine-tune and servers need no adapter
-support.
+A LoRA run's state is its adapter: checkpoints hold only the adapter (PEFT's
+files, `ludic_core.models.adapter_dir`) with a pointer to the base, and an
+in-process engine is sent only the adapter's tensors each publish, as vLLM's
+runtime LoRA would be. Full HF-named weights (W + B A * scale) are still what
+`merged_state_dict` gives, for publishers and servers without adapter support;
+`training.export.export_merged` turns an adapter checkpoint into a plain model.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from ludic_core.config import LoRAConfig
 
-__all__ = ["apply_lora", "is_lora", "merged_state_dict"]
+__all__ = ["ADAPTER", "adapter_config", "adapter_state_dict", "apply_lora", "base_ref", "is_lora",
+           "merged_state_dict", "peft_key", "unwrapped"]
+
+ADAPTER = "default"  # the trained adapter's name inside the PeftModel (PEFT's default)
 
 
 def apply_lora(model: Any, cfg: LoRAConfig) -> Any:
+    """Wrap `model` in trainable adapters; remember which base they belong to.
+
+    The base's path and fingerprint are taken here, while the model is whole
+    (before FSDP shards it) and before any training step: checkpoints record
+    them, and resuming or exporting checks them.
+    """
     from peft import LoraConfig, get_peft_model
 
-    return get_peft_model(model, LoraConfig(
+    from ludic_core.models.adapter_dir import base_fingerprint
+
+    ref = {"path": _source_path(model), "fingerprint": base_fingerprint(model)}
+    peft_model = get_peft_model(model, LoraConfig(
         r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout,
         target_modules=list(cfg.target_modules), task_type="CAUSAL_LM",
     ))
+    peft_model.ludic_base = ref
+    return peft_model
+
+
+def _source_path(model: Any) -> str | None:
+    name = getattr(model, "name_or_path", None) or ""
+    return str(Path(name).resolve()) if name and Path(name).exists() else (name or None)
 
 
 def is_lora(model: Any) -> bool:
     return hasattr(model, "peft_config")
+
+
+def base_ref(model: Any) -> dict[str, Any]:
+    """{"path", "fingerprint"} of a LoRA model's base (computed now if `apply_lora` did not)."""
+    ref = getattr(model, "ludic_base", None)
+    if ref is None:
+        from ludic_core.models.adapter_dir import base_fingerprint
+
+        base = model.get_base_model()
+        ref = model.ludic_base = {"path": _source_path(base), "fingerprint": base_fingerprint(model)}
+    return ref
+
+
+def peft_key(name: str, adapter: str = ADAPTER) -> str:
+    """A model state-dict key as PEFT saves it: without the adapter's name
+    (`...q_proj.lora_A.default.weight` -> `...q_proj.lora_A.weight`)."""
+    return ".".join(part for part in name.split(".") if part != adapter)
+
+
+def adapter_config(model: Any) -> Any:
+    """The trained adapter's `peft.LoraConfig`."""
+    return model.peft_config[ADAPTER]
+
+
+def adapter_state_dict(model: Any) -> dict[str, torch.Tensor]:
+    """The adapter's tensors, keyed as PEFT saves them; whole tensors on every rank.
+
+    Under FSDP every rank must call it (each sharded tensor is gathered); in
+    one process these are detached views of the live weights: copy to keep.
+    """
+    out = {}
+    for name, p in model.named_parameters():
+        if "lora_" not in name:
+            continue
+        t = p.full_tensor() if hasattr(p, "full_tensor") else p
+        out[peft_key(unwrapped(name))] = t.detach()
+    return out
+
+
+def unwrapped(name: str) -> str:
+    """A parameter name without the infixes torch.compile / DDP / activation checkpointing add."""
+    for infix in ("_orig_mod.", "_checkpoint_wrapped_module.", "_fsdp_wrapped_module."):
+        name = name.replace(infix, "")
+    return name.removeprefix("module.")
 
 
 @torch.no_grad()

@@ -52,7 +52,9 @@ def run_stage(spec: StageSpec, *, loggers: list | None = None) -> dict[str, Any]
     ctx = init_distributed(spec.trainer.device)
     latest = latest_checkpoint(spec.checkpoint_dir)
     # Rollouts are generated from the newest weights: the latest checkpoint's, else the initial model.
-    serve_from = str(latest / "model") if latest else spec.model_path
+    # In-process LoRA serves the base and gets the (resumed) adapter pushed, as every later step's.
+    lora_in_process = spec.trainer.lora is not None and spec.vllm is None
+    serve_from = str(latest / "model") if latest and not lora_in_process else spec.model_path
     model, tok = load_model_and_tokenizer(spec.model_path)
     algorithm = build_algorithm(spec.algorithm)
     client = publisher = None
@@ -74,7 +76,7 @@ def run_stage(spec: StageSpec, *, loggers: list | None = None) -> dict[str, Any]
             source.trainer_version = lambda: trainer.policy_version
         try:
             resumed_from = trainer.step if trainer.resume() else None
-            if publisher is not None and (spec.vllm is not None or not needs_inference(spec)):
+            if publisher is not None and (spec.vllm is not None or not needs_inference(spec) or lora_in_process):
                 trainer.publish()  # the server or the actors may hold other weights (fresh, restarted, ahead)
             history = trainer.train(spec.until_step)
             path = latest_checkpoint(spec.checkpoint_dir)

@@ -35,7 +35,7 @@ from ludic_core.device import place_model, resolve_dtype
 from ludic_core.losses import LossInputs, is_inert
 from ludic_core.training import distributed as dist_utils
 from ludic_core.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from ludic_core.training.lora import apply_lora, is_lora, merged_state_dict
+from ludic_core.training.lora import adapter_config, adapter_state_dict, apply_lora, is_lora, merged_state_dict
 from ludic_core.training.schedules import lr_multiplier
 from ludic_core.training.scoring import PolicyScorer
 from ludic_core.training.step_metrics import StepMetrics
@@ -368,9 +368,14 @@ class Trainer:
         if self.publisher is None:
             self.policy_version = self.step
             return
-        weights = self.full_weights()
-        if self.ctx.is_main:
-            self.publisher.publish(weights, version=self.step)
+        if is_lora(self.model) and getattr(self.publisher, "accepts_adapters", False):
+            adapter = adapter_state_dict(self.model)  # the adapter alone: the engine keeps the base
+            if self.ctx.is_main:
+                self.publisher.publish_adapter(adapter, adapter_config(self.model), version=self.step)
+        else:
+            weights = self.full_weights()
+            if self.ctx.is_main:
+                self.publisher.publish(weights, version=self.step)
         self.policy_version = self.step
 
     def save_checkpoint(self) -> Path:
