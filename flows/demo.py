@@ -1,7 +1,8 @@
 """The demo chain: rejection sampling -> SFT -> RL, tiny model, CPU, on a recipe.
 
 The generic flows with one recipe's settings (`ludic_core.recipes`:
-tic-tac-toe by default, arithmetic, or a reasoning-gym mix): nothing here knows a game. Each
+tic-tac-toe by default, arithmetic, a reasoning-gym mix, or TextArena's TicTacToe): nothing
+here knows a game. Each
 stage's output path is the next stage's input and is recorded in a lineage
 artifact; evaluations before SFT, after SFT and after RL become a table
 artifact and the flow's return value. Re-running after a crash skips the
@@ -79,7 +80,7 @@ def teacher_to_sft(cfg: DemoConfig, recipe: Recipe, model_path: str) -> tuple[st
     sft_model = sft(SFTFlowConfig(
         model_path=model_path, dataset_path=dataset, out_dir=f"{run}/sft", steps=steps,
         steps_per_stage=max(steps // 4, 1), launcher=cfg.launcher, progress_bar=cfg.progress_bar,
-        trainer=SFT_TRAINER.model_copy(update={"lr": cfg.sft_lr, "total_steps": steps, "seed": cfg.seed})))
+        trainer=sft_trainer(cfg, recipe, steps)))
     return dataset, sft_model
 
 
@@ -89,8 +90,14 @@ def rl_agent(recipe: Recipe) -> AgentConfig:
         update={"temperature": recipe.rl_temperature})})
 
 
+def sft_trainer(cfg: DemoConfig, recipe: Recipe, steps: int) -> TrainerConfig:
+    return SFT_TRAINER.model_copy(update={"lr": cfg.sft_lr, "total_steps": steps, "seed": cfg.seed,
+                                          "max_seq_len": recipe.max_seq_len})
+
+
 def rl_trainer(cfg: DemoConfig, recipe: Recipe) -> TrainerConfig:
-    return RL_TRAINER.model_copy(update={"lr": cfg.rl_lr or recipe.rl_lr, "seed": cfg.seed})
+    return RL_TRAINER.model_copy(update={"lr": cfg.rl_lr or recipe.rl_lr, "seed": cfg.seed,
+                                         "max_seq_len": recipe.max_seq_len})
 
 
 def rl_stage(cfg: DemoConfig, recipe: Recipe, sft_model: str) -> RLTrainConfig:

@@ -2,7 +2,7 @@
 
 rejection sampling -> SFT -> RL -> evaluation take the same env and agent, so
 a recipe is just those configs plus the teacher and the keep rule. Tic-tac-toe,
-arithmetic and reasoning-gym are such values (`RECIPES`), not code paths: the flows
+arithmetic, reasoning-gym and TextArena's TicTacToe are such values (`RECIPES`), not code paths: the flows
 that run them are the ones a user runs on their own env.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import Field
 
-from ludic_core.bounds import MAX_EPISODES, MAX_SEED, MAX_STEPS, bounded
+from ludic_core.bounds import MAX_EPISODES, MAX_SEED, MAX_SEQ_LEN, MAX_STEPS, bounded
 from ludic_core.compose.configs import AgentConfig, EnvConfig
 from ludic_core.config import RL_TRAINER
 from ludic_core.frozen import FrozenModel
@@ -32,6 +32,9 @@ class Recipe(FrozenModel):
     sft_steps: int = bounded(400, ge=1, le=MAX_STEPS, description="SFT steps of the demo chain")
     rl_temperature: float = Field(1.0, gt=0.0, description="sampling temperature of RL rollouts")
     rl_lr: float = Field(RL_TRAINER.lr, gt=0.0, description="learning rate of the demo chain's RL stage")
+    max_seq_len: int = bounded(RL_TRAINER.max_seq_len, ge=2, le=MAX_SEQ_LEN,
+                               description="tokens of one training item (prompt and reply): the demo chain's SFT and "
+                                           "RL stages train at it")
     rl_env_kwargs: dict[str, Any] = Field(
         default_factory=dict, description="added to env's kwargs for RL only: a training reward (e.g. shaping) "
                                           "that the teacher's data and the evaluations must not see")
@@ -48,12 +51,13 @@ class Recipe(FrozenModel):
 
 
 def _recipes() -> dict[str, Recipe]:
-    from ludic_core.recipes import arithmetic, reasoning_gym, tic_tac_toe
+    from ludic_core.recipes import arithmetic, reasoning_gym, textarena, tic_tac_toe
 
-    return {"tic_tac_toe": tic_tac_toe.RECIPE, "arithmetic": arithmetic.RECIPE, "reasoning_gym": reasoning_gym.RECIPE}
+    return {"tic_tac_toe": tic_tac_toe.RECIPE, "arithmetic": arithmetic.RECIPE, "reasoning_gym": reasoning_gym.RECIPE,
+            "textarena": textarena.RECIPE}
 
 
-RECIPES: tuple[str, ...] = ("tic_tac_toe", "arithmetic", "reasoning_gym")
+RECIPES: tuple[str, ...] = ("tic_tac_toe", "arithmetic", "reasoning_gym", "textarena")
 
 
 def get_recipe(name: str) -> Recipe:

@@ -13,8 +13,8 @@ Choices, for a model trained from scratch with a 1024-token context:
 - Only the latest observation (`sliding_window`, keep_last 1) and no system
   message, as in `tic_tac_toe`: the board is the state. The first observation
   still carries TextArena's prompt (~430 bytes), so items run to ~800 tokens:
-  past the demo chain's max_seq_len of 512, which is why this recipe is not in
-  `RECIPES` (the benchmark runs the same flows with max_seq_len 1024).
+  the recipe trains at `max_seq_len` 1024, the tiny models' whole context
+  (the other recipes' 512 would refuse them).
 - The reply goes to the game unparsed (`identity`): the game's own parser
   judges it, and its invalid-move rule (one retry, then the game is lost)
   applies; a cut-off reply costs the game (`max_parse_failures: 1`).
@@ -45,6 +45,7 @@ RECIPE = Recipe(
     teacher="textarena_tic_tac_toe_minimax",
     teacher_kwargs={"tie_break": "preference"},
     keep=KeepRule(min_return=0.0),
+    max_seq_len=MAX_SEQ_LEN,
     sft_steps=800,
     rl_temperature=0.7,
     rl_lr=3e-5,

@@ -3,7 +3,7 @@ recipe's learning rate and RL env, and the teacher's replies fit the agent's tok
 
 import pytest
 
-from flows.demo import DemoConfig, rl_stage, rl_trainer
+from flows.demo import DemoConfig, rl_stage, rl_trainer, sft_trainer
 from ludic_core.envs.arithmetic import arithmetic_oracle, generate_arithmetic_problems
 from ludic_core.recipes.recipe import get_recipe
 
@@ -58,3 +58,17 @@ def test_the_arithmetic_teacher_shows_its_work_within_the_agents_token_budget():
     # Byte-level tokenizer: one token per byte, plus the end-of-turn token.
     longest = max(len(r.encode()) + 1 for r in replies)
     assert longest <= recipe.agent.sampling.max_tokens, longest
+
+
+def test_each_stage_of_the_demo_trains_at_its_recipes_item_length():
+    """TextArena's first observation alone makes ~800-token items: that recipe trains at 1024
+    (the tiny models' context); the others at the pipelines' 512, which refuses longer items."""
+    from ludic_core.config import RL_TRAINER
+    from ludic_core.models.tiny import PRESETS
+
+    for name, expected in (("textarena", 1024), ("tic_tac_toe", RL_TRAINER.max_seq_len)):
+        recipe, cfg = get_recipe(name), DemoConfig(recipe=name)
+        assert recipe.max_seq_len == expected
+        assert sft_trainer(cfg, recipe, 10).max_seq_len == rl_trainer(cfg, recipe).max_seq_len == expected
+        assert rl_stage(cfg, recipe, "sft-model").trainer.max_seq_len == expected
+    assert get_recipe("textarena").max_seq_len <= PRESETS[DemoConfig().preset].max_position_embeddings
