@@ -35,7 +35,7 @@ def test_the_evaluation_plays_other_entries_of_the_same_tasks():
     assert rl_stage(DemoConfig(recipe="reasoning_gym"), RECIPE, "m").env == RECIPE.env
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # 70-130 s; the tic-tac-toe chain test covers the same flow in `make test`
 def test_ludic_demo_runs_the_reasoning_gym_chain(tmp_path):
     env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
            "COLUMNS": "200"}  # rich would shorten the task columns' names to fit 80

@@ -143,7 +143,7 @@ def test_cli_export_merge(run, tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # two torchrun launches, ~55 s
 def test_fsdp_two_ranks_checkpoint_and_resume_an_adapter(tiny_model_dir, tmp_path, rank_device):
     """2 FSDP2 ranks save an adapter checkpoint equal to the 1-process run's, and resume
     a 1-process adapter checkpoint; the base is never gathered, only the adapter is written."""
