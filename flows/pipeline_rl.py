@@ -31,6 +31,7 @@ from ludic_core.bounds import (MAX_BATCH, MAX_EPISODES, MAX_PROCESSES, MAX_QUEUE
                                bounded)
 from ludic_core.compose.configs import AgentConfig, EnvConfig, SeedSchedule
 from ludic_core.compose.policy import ModelPolicy
+from ludic_core.compose.serving import server_for_run
 from ludic_core.config import (RL_TRAINER, AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig,
                                group_size_of)
 from ludic_core.frozen import FrozenModel
@@ -108,6 +109,8 @@ class PipelineRLConfig(LaunchConfig):
     @model_validator(mode="after")
     def _group_size_stated(self) -> PipelineRLConfig:
         group_size_of(self.algorithm)
+        if self.inference == "vllm":  # a LoRA run's adapters need a server with LoRA serving at its rank
+            server_for_run(self.vllm.server, self.trainer.lora, self.vllm.lora)
         return self
 
     def preflight(self) -> None:
@@ -189,7 +192,8 @@ def _pipeline_rl(cfg: PipelineRLConfig) -> dict:
 
     cfg.preflight()
     start = time.perf_counter()
-    serving = (vllm_inference(cfg.vllm, cfg.model_path, launcher=cfg.launcher, nproc=cfg.nproc)
+    serving = (vllm_inference(cfg.vllm, cfg.model_path, launcher=cfg.launcher, nproc=cfg.nproc,
+                              lora=cfg.trainer.lora)
                if cfg.inference == "vllm" else nullcontext((None, None)))
     with serving as (endpoint, run_one), redis_queue(cfg.redis_block, cfg.out_dir, cfg.key, cfg.backlog) as (
             url, password, key, backlog):
