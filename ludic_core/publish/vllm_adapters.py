@@ -27,6 +27,7 @@ import logging
 import os
 import re
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -138,8 +139,6 @@ class ServerAdapters:
     # ---- publish ----------------------------------------------------------
     def publish(self, tensors: Mapping[str, Any], config: Any, *, version: int) -> PublishedAdapter:
         """Write the adapter of `version` and load it (older ones stay until `evict`)."""
-        import time
-
         paths = self._sync()
         name = adapter_name(version)
         problems = adapter_problems(tensors, config, self._served_schema())
@@ -147,22 +146,30 @@ class ServerAdapters:
             raise AdapterLoadError(f"refusing to publish adapter {name!r} to {self.control.root_url}: "
                                    + "; ".join(problems[:6]) + f" ({len(problems)} in all). Nothing was sent; "
                                    f"the server keeps serving {_newest(paths)}")
-        reload = name in paths  # a resumed run republishes a step: its weights may differ now
-        t0 = time.perf_counter()
+        t0 = time.perf_counter()  # a republished version (a resumed run) replaces the old in place
         path = self._write(name, tensors, config)
         try:
-            self.control.post("/v1/load_lora_adapter",
-                              json={"lora_name": name, "lora_path": str(path), "load_inplace": reload})
-        except InferenceServerError as exc:
+            self.load_dir(name, path)
+        except AdapterLoadError:
             shutil.rmtree(path, ignore_errors=True)
-            raise AdapterLoadError(f"vLLM at {self.control.root_url} refused adapter {name!r} from {path}: "
-                                   f"{_reason(exc)}; it keeps serving {_newest(paths)}") from exc
-        if reload:
-            self._unloaded_dirs.append(paths.pop(name))
-        paths[name] = path
+            raise
         secs = time.perf_counter() - t0
         size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
         return PublishedAdapter(name, int(version), str(path), size, secs)
+
+    def load_dir(self, name: str, path: str | Path) -> None:
+        """Serve the adapter directory `path` (PEFT files; the server reads them itself)
+        as `name`, replacing an adapter of that name in place. Older ones stay until `evict`."""
+        paths, path = self._sync(), Path(path).resolve()
+        try:
+            self.control.post("/v1/load_lora_adapter",
+                              json={"lora_name": name, "lora_path": str(path), "load_inplace": name in paths})
+        except InferenceServerError as exc:
+            raise AdapterLoadError(f"vLLM at {self.control.root_url} refused adapter {name!r} from {path}: "
+                                   f"{_reason(exc)}; it keeps serving {_newest(paths)}") from exc
+        if name in paths:
+            self._unloaded_dirs.append(paths.pop(name))
+        paths[name] = path
 
     def evict(self) -> list[str]:
         """Unload what is beyond `keep_last` (oldest first); delete the files of earlier unloads."""
@@ -208,7 +215,13 @@ def _newest(paths: Mapping[str, Path]) -> str:
 
 
 def _reason(exc: InferenceServerError) -> str:
-    """The server's own message, without the route and URL the caller already names."""
+    """The server's own message (without the route and URL the caller names), and what it means."""
     text = str(exc)
     marker = "answered "
-    return text[text.index(marker) + len(marker):] if marker in text else text
+    reason = text[text.index(marker) + len(marker):] if marker in text else text
+    if reason.strip() == "404: Not Found":
+        reason += (" (no runtime LoRA routes: start the server with LoRA serving, "
+                   "VLLMServerConfig.max_lora_rank or `ludic serve --lora-rank N`)")
+    elif "No adapter found" in reason:
+        reason += " (the server reads the files itself: is the directory on storage it sees?)"
+    return reason
