@@ -38,7 +38,7 @@ from ludic_core.frozen import FrozenModel
 from ludic_core.queue.actor import ActorSpec
 from ludic_core.training.checkpoint import latest_checkpoint
 from ludic_core.training.stage_spec import StageSpec, StreamData
-from tasks.artifacts import learning_curve_artifact, table_artifact
+from tasks.artifacts import adapters_artifact, learning_curve_artifact, table_artifact
 from tasks.evaluation import evaluate_policy
 from tasks.pipeline import actor_round_task
 from tasks.training import train_stage
@@ -224,6 +224,8 @@ def _pipeline_rl(cfg: PipelineRLConfig) -> dict:
         stream.client.close()
     table_artifact("pipeline-queue", [report], "pipeline RL: items produced, trained, dropped, dead-lettered")
     learning_curve_artifact("pipeline-learning-curve", base.metrics_path, fields=("loss", "queue_wait_s"))
+    if base.vllm is not None and base.vllm.lora.publishes_adapters(base.trainer.lora):
+        adapters_artifact(base.vllm.lora.directory(base.checkpoint_dir))
     result = {"model_path": str(final / "model"), **report}
     if cfg.eval_episodes:
         m = evaluate_policy(ModelPolicy(model_path=result["model_path"], local=cfg.local), cfg.env, cfg.agent,

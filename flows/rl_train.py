@@ -20,7 +20,7 @@ from ludic_core.compose.serving import server_for_run
 from ludic_core.config import (RL_TRAINER, AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig,
                                group_size_of)
 from ludic_core.training.stage import RolloutData, StageSpec
-from tasks.artifacts import learning_curve_artifact, table_artifact
+from tasks.artifacts import adapters_artifact, learning_curve_artifact, table_artifact
 from tasks.evaluation import evaluate_policy
 
 
@@ -108,5 +108,7 @@ def _train_and_evaluate(cfg: RLTrainConfig, spec: StageSpec, run_one) -> str:
                                   result["step"], m["mean_return"], m["success_rate"])
     if evals:
         table_artifact("rl-evaluations", evals, "greedy evaluation after each RL stage")
+    if spec.vllm is not None and spec.vllm.lora.publishes_adapters(spec.trainer.lora):
+        adapters_artifact(spec.vllm.lora.directory(spec.checkpoint_dir))
     learning_curve_artifact("rl-learning-curve", spec.metrics_path, fields=("loss", "reward_mean"))
     return result["model_path"]

@@ -23,12 +23,13 @@ a restarted trainer) takes them over, oldest version first.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -36,7 +37,11 @@ from ludic_core.inference.adapter_names import adapter_name, adapter_version
 from ludic_core.inference.errors import InferenceServerError
 from ludic_core.inference.vllm_http import ControlClient
 
-__all__ = ["AdapterLoadError", "PublishedAdapter", "ServerAdapters", "adapter_problems", "to_unload"]
+__all__ = ["AdapterLoadError", "PUBLISHED_LOG", "PublishedAdapter", "ServerAdapters", "adapter_problems",
+           "load_adapter", "read_published", "to_unload", "unload_adapter"]
+
+#: One JSON line per adapter published into adapter_dir (what a run's artifacts list).
+PUBLISHED_LOG = "published.jsonl"
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +59,14 @@ class PublishedAdapter:
     path: str
     bytes: int
     seconds: float
+
+
+def read_published(adapter_dir: str | Path) -> list[dict[str, Any]]:
+    """Every adapter published into `adapter_dir`, in publish order ([] before the first)."""
+    from ludic_core.jsonl import iter_jsonl
+
+    log_path = Path(adapter_dir) / PUBLISHED_LOG
+    return [row for _, row in iter_jsonl(log_path)] if log_path.is_file() else []
 
 
 def to_unload(loaded: list[str], keep_last: int) -> list[str]:
@@ -155,18 +168,16 @@ class ServerAdapters:
             raise
         secs = time.perf_counter() - t0
         size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
-        return PublishedAdapter(name, int(version), str(path), size, secs)
+        done = PublishedAdapter(name, int(version), str(path), size, secs)
+        with open(self.adapter_dir / PUBLISHED_LOG, "a", encoding="utf-8") as log_file:
+            log_file.write(json.dumps(asdict(done)) + "\n")
+        return done
 
     def load_dir(self, name: str, path: str | Path) -> None:
         """Serve the adapter directory `path` (PEFT files; the server reads them itself)
         as `name`, replacing an adapter of that name in place. Older ones stay until `evict`."""
         paths, path = self._sync(), Path(path).resolve()
-        try:
-            self.control.post("/v1/load_lora_adapter",
-                              json={"lora_name": name, "lora_path": str(path), "load_inplace": name in paths})
-        except InferenceServerError as exc:
-            raise AdapterLoadError(f"vLLM at {self.control.root_url} refused adapter {name!r} from {path}: "
-                                   f"{_reason(exc)}; it keeps serving {_newest(paths)}") from exc
+        load_adapter(self.control, name, path, replace=name in paths, serving=_newest(paths))
         if name in paths:
             self._unloaded_dirs.append(paths.pop(name))
         paths[name] = path
@@ -180,10 +191,7 @@ class ServerAdapters:
         paths = self._sync()
         gone = to_unload(list(paths), self.keep_last)
         for name in gone:
-            try:
-                self.control.post("/v1/unload_lora_adapter", json={"lora_name": name})
-            except InferenceServerError as exc:  # e.g. already unloaded by hand: it is gone either way
-                log.warning("could not unload adapter %s from %s: %s", name, self.control.root_url, exc)
+            unload_adapter(self.control, name)
             self._unloaded_dirs.append(paths.pop(name))
         return gone
 
@@ -208,6 +216,26 @@ class ServerAdapters:
         write_adapter_dir(tmp, tensors, config, None)
         os.replace(tmp, final)
         return final
+
+
+def load_adapter(control: ControlClient, name: str, path: str | Path, *, replace: bool = False,
+                 serving: str = "what it served") -> None:
+    """POST /v1/load_lora_adapter: serve the adapter directory `path` as `name`
+    (`replace`: in place of a loaded one). A refusal is an `AdapterLoadError`
+    naming the adapter, the path and the server's reason; nothing changed then."""
+    try:
+        control.post("/v1/load_lora_adapter", json={"lora_name": name, "lora_path": str(path), "load_inplace": replace})
+    except InferenceServerError as exc:
+        raise AdapterLoadError(f"vLLM at {control.root_url} refused adapter {name!r} from {path}: {_reason(exc)}; "
+                               f"it keeps serving {serving}") from exc
+
+
+def unload_adapter(control: ControlClient, name: str) -> None:
+    """POST /v1/unload_lora_adapter; an adapter that is already gone only gets a warning."""
+    try:
+        control.post("/v1/unload_lora_adapter", json={"lora_name": name})
+    except InferenceServerError as exc:
+        log.warning("could not unload adapter %s from %s: %s", name, control.root_url, exc)
 
 
 def _newest(paths: Mapping[str, Path]) -> str:

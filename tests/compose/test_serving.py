@@ -1,12 +1,15 @@
 """Which server a training run starts and how it publishes: a LoRA run serves
-adapters at its rank unless told to publish merged weights."""
+adapters at its rank unless told to publish merged weights; a policy's adapter
+directory is named and served at its rank."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 from pydantic import ValidationError
 
-from ludic_core.compose.serving import server_for_run
+from ludic_core.compose.serving import adapter_label, adapter_rank, server_for_adapter, server_for_run
 from ludic_core.config import AdapterPublishing, LoRAConfig, SFTConfig, TrainerConfig, VLLMEndpoint
 from ludic_core.inference.vllm_server import VLLMServerConfig
 from ludic_core.training.stage_spec import DatasetData, StageSpec
@@ -45,3 +48,28 @@ def test_a_stage_spec_refuses_adapter_publishing_without_lora():
     with pytest.raises(ValidationError, match="the trainer has no lora config"):
         StageSpec(**common)
     assert StageSpec(**common, trainer=TrainerConfig(lora=LORA)).vllm.lora.mode == "adapter"
+
+
+def _adapter_dir(path, r=4, rank_pattern=None):
+    path.mkdir(parents=True)
+    (path / "adapter_config.json").write_text(json.dumps({"r": r, "rank_pattern": rank_pattern or {}}))
+    (path / "adapter_model.safetensors").write_bytes(b"")
+    return path
+
+
+def test_an_adapter_directory_is_named_after_its_checkpoint_and_its_path(tmp_path):
+    one = _adapter_dir(tmp_path / "a" / "step_00000010" / "model")
+    two = _adapter_dir(tmp_path / "b" / "step_00000010" / "model")
+    assert adapter_label(one).startswith("step_00000010-") and adapter_label(one) != adapter_label(two)
+    assert adapter_label(one) == adapter_label(str(one) + "/")  # the same directory, the same name
+    assert adapter_label(_adapter_dir(tmp_path / "my-adapter")).startswith("my-adapter-")
+
+
+def test_a_server_started_for_an_adapter_directory_serves_its_rank(tmp_path):
+    wide = _adapter_dir(tmp_path / "wide", r=4, rank_pattern={"q_proj": 24})
+    assert adapter_rank(wide) == 24
+    assert server_for_adapter(VLLMServerConfig(), str(wide)).max_lora_rank == 24
+    assert server_for_adapter(VLLMServerConfig(max_lora_rank=64), str(wide)).max_lora_rank == 64
+    assert server_for_adapter(VLLMServerConfig(), None).max_lora_rank is None
+    with pytest.raises(FileNotFoundError, match="'policy-v3' is not an adapter directory.*a name only names one"):
+        server_for_adapter(VLLMServerConfig(), "policy-v3")

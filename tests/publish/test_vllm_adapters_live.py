@@ -21,6 +21,7 @@ from ludic_core.inference import ChatCompletionRequest, SamplingConfig, UnknownS
 from ludic_core.inference.vllm_client import VLLMChatClient
 from ludic_core.models import load_model_and_tokenizer
 from ludic_core.publish.vllm import AdapterLoadError, VLLMPolicyPublisher
+from ludic_core.publish.vllm_adapters import read_published
 from ludic_core.training.lora import adapter_config, adapter_state_dict
 from ludic_core.training.trainer import Trainer
 
@@ -130,6 +131,8 @@ def test_adapters_beyond_keep_last_are_unloaded_oldest_first(run):
     assert [n for n in _served(publisher) if n.startswith("policy-v")] == ["policy-v3", "policy-v4"]
     assert [a.name for a in publisher.published_adapters] == ["policy-v1", "policy-v2", "policy-v3", "policy-v4"]
     assert all(a.bytes > 0 and Path(a.path).name == a.name for a in publisher.published_adapters)
+    logged = read_published(publisher.adapters.adapter_dir)  # what the run's artifact lists
+    assert [(r["version"], r["name"]) for r in logged] == [(v, f"policy-v{v}") for v in (1, 2, 3, 4)]
 
 
 def test_a_client_following_an_unloaded_adapter_moves_to_the_newest(run, vllm_server):
@@ -139,6 +142,28 @@ def test_a_client_following_an_unloaded_adapter_moves_to_the_newest(run, vllm_se
     actor.model = "policy-v2"  # as if it followed v2 before two publishes elsewhere
     (resp,) = _ask(actor, _req("hi"))
     assert resp.policy_version == 4 and actor.model == "policy-v4"
+
+
+def test_adapter_directories_compare_on_one_server_and_leave_it_as_found(run, vllm_server, tmp_path):
+    """What evaluation and rejection sampling do with `VLLMPolicy.adapter` (a LoRA checkpoint's
+    model/): load it for the block under its own name, unload it afterwards."""
+    from ludic_core.compose.serving import served_adapter
+
+    client, tr, publisher = run
+    tr.checkpoint_dir = tmp_path / "ckpt"
+    checkpoint = tr.save_checkpoint() / "model"  # adapter v4's files, with the base's fingerprint
+    greedy = dict(temperature=0.0, max_tokens=10)
+    with served_adapter(vllm_server.root_url, vllm_server.api_key, str(checkpoint)) as name:
+        assert name.startswith("step_00000004-")
+        assert name in _served(publisher)
+        with served_adapter(vllm_server.root_url, vllm_server.api_key, "policy-v3") as by_name:
+            assert by_name == "policy-v3"  # a name the server serves is used as given
+            disk, live, v3 = _ask(client, _req("same", name, **greedy), _req("same", "policy-v4", **greedy),
+                                  _req("same", "policy-v3", **greedy))
+    assert disk.completion_token_ids == live.completion_token_ids
+    assert disk.completion_logprobs == pytest.approx(live.completion_logprobs, abs=1e-6)
+    assert v3.completion_logprobs != pytest.approx(live.completion_logprobs, abs=1e-3)
+    assert name not in _served(publisher) and "policy-v3" in _served(publisher)  # left as found
 
 
 def test_bad_adapters_are_refused_and_the_previous_one_keeps_serving(run, vllm_server, tiny_model_dir, tmp_path):
