@@ -38,8 +38,8 @@ def adapters_artifact(adapter_dir: str) -> None:
              "load_s": round(r["seconds"], 3), "on_disk": Path(r["path"]).is_dir()}
             for r in read_published(adapter_dir)]
     if rows:
-        create_table_artifact(key="published-adapters", table=rows, description=f"LoRA adapters published into "
-                                                                            f"vLLM from {adapter_dir} (the newest stay loaded)")
+        note = f"LoRA adapters published into vLLM from {adapter_dir} (the newest stay loaded)"
+        create_table_artifact(key="published-adapters", table=rows, description=note)
 
 
 @task(name="artifact-lineage", cache_policy=NO_CACHE)
