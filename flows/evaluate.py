@@ -57,5 +57,7 @@ def _evaluate(cfg: EvaluateConfig) -> dict[str, float]:
                                   endpoint=endpoint, api_key=key)
     rows = [{"metric": k, "value": round(v, 4)} for k, v in metrics.items()]
     subject = getattr(cfg.policy, "model_path", None) or getattr(cfg.policy, "policy", None) or cfg.policy.kind
+    if getattr(cfg.policy, "adapter", None):
+        subject = f"{subject} + adapter {cfg.policy.adapter}"
     table_artifact("evaluation", rows, f"{subject} on {cfg.env.name}")
     return metrics

@@ -31,13 +31,14 @@ from ludic_core.bounds import (MAX_BATCH, MAX_EPISODES, MAX_PROCESSES, MAX_QUEUE
                                bounded)
 from ludic_core.compose.configs import AgentConfig, EnvConfig, SeedSchedule
 from ludic_core.compose.policy import ModelPolicy
+from ludic_core.compose.serving import server_for_run
 from ludic_core.config import (RL_TRAINER, AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig,
                                group_size_of)
 from ludic_core.frozen import FrozenModel
 from ludic_core.queue.actor import ActorSpec
 from ludic_core.training.checkpoint import latest_checkpoint
 from ludic_core.training.stage_spec import StageSpec, StreamData
-from tasks.artifacts import learning_curve_artifact, table_artifact
+from tasks.artifacts import adapters_artifact, learning_curve_artifact, table_artifact
 from tasks.evaluation import evaluate_policy
 from tasks.pipeline import actor_round_task
 from tasks.training import train_stage
@@ -108,6 +109,8 @@ class PipelineRLConfig(LaunchConfig):
     @model_validator(mode="after")
     def _group_size_stated(self) -> PipelineRLConfig:
         group_size_of(self.algorithm)
+        if self.inference == "vllm":  # a LoRA run's adapters need a server with LoRA serving at its rank
+            server_for_run(self.vllm.server, self.trainer.lora, self.vllm.lora)
         return self
 
     def preflight(self) -> None:
@@ -189,7 +192,8 @@ def _pipeline_rl(cfg: PipelineRLConfig) -> dict:
 
     cfg.preflight()
     start = time.perf_counter()
-    serving = (vllm_inference(cfg.vllm, cfg.model_path, launcher=cfg.launcher, nproc=cfg.nproc)
+    serving = (vllm_inference(cfg.vllm, cfg.model_path, launcher=cfg.launcher, nproc=cfg.nproc,
+                              lora=cfg.trainer.lora)
                if cfg.inference == "vllm" else nullcontext((None, None)))
     with serving as (endpoint, run_one), redis_queue(cfg.redis_block, cfg.out_dir, cfg.key, cfg.backlog) as (
             url, password, key, backlog):
@@ -220,6 +224,8 @@ def _pipeline_rl(cfg: PipelineRLConfig) -> dict:
         stream.client.close()
     table_artifact("pipeline-queue", [report], "pipeline RL: items produced, trained, dropped, dead-lettered")
     learning_curve_artifact("pipeline-learning-curve", base.metrics_path, fields=("loss", "queue_wait_s"))
+    if base.vllm is not None and base.vllm.lora.publishes_adapters(base.trainer.lora):
+        adapters_artifact(base.vllm.lora.directory(base.checkpoint_dir))
     result = {"model_path": str(final / "model"), **report}
     if cfg.eval_episodes:
         m = evaluate_policy(ModelPolicy(model_path=result["model_path"], local=cfg.local), cfg.env, cfg.agent,

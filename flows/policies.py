@@ -2,7 +2,10 @@
 
 A policy is a scripted function, a model directory decoded in-process, or a
 vLLM server: one the flow starts from a model directory for the run (and
-stops), or a running one named by an `InferenceEndpoint` block.
+stops), or a running one named by an `InferenceEndpoint` block. A vLLM policy
+may play a LoRA adapter over the served base: one the server serves by name,
+or an adapter directory loaded for the run (`compose.serving.served_adapter`),
+so several adapters compare on one running server.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from pydantic import Field, SecretStr, model_validator
 
 from flows.common import FlowConfig
 from ludic_core.compose.policy import ModelPolicy, ScriptedPolicy
+from ludic_core.compose.serving import served_adapter, server_for_adapter
 from ludic_core.inference.vllm_server import VLLMServerConfig
 
 __all__ = ["VLLMPolicy", "PolicyConfig", "served", "endpoint_from_block"]
@@ -29,6 +33,9 @@ class VLLMPolicy(FlowConfig):
     endpoint_block: str | None = Field(None, description="name of an InferenceEndpoint block (kind vllm) of a "
                                                          "running server, instead of model_path")
     server: VLLMServerConfig = Field(VLLMServerConfig(), description="how the flow starts its server (model_path)")
+    adapter: str | None = Field(None, description="play a LoRA adapter over the served model: a name the server "
+                                                  "serves (e.g. policy-v12), or an adapter directory (a LoRA "
+                                                  "checkpoint's model/) loaded for this run; None = the base")
 
     @model_validator(mode="after")
     def _one_source(self) -> VLLMPolicy:
@@ -61,12 +68,15 @@ def served(policy: Any) -> Iterator[tuple[dict[str, Any] | None, SecretStr | Non
     if policy.endpoint_block:
         endpoint = endpoint_from_block(policy.endpoint_block)
         key = endpoint.pop("api_key")
-        yield endpoint, SecretStr(key) if key else None
+        with served_adapter(endpoint["base_url"].removesuffix("/v1"), key, policy.adapter) as adapter:
+            yield {**endpoint, "model": adapter or endpoint["model"]}, SecretStr(key) if key else None
         return
     key = SecretStr(secrets.token_urlsafe(24))
-    server = start_server(policy.model_path, policy.server, key)
+    server = start_server(policy.model_path, server_for_adapter(policy.server, policy.adapter), key)
     try:
-        with watch_server(server):
-            yield {"base_url": server["base_url"], "model": server["model"], "tokenizer_path": policy.model_path}, key
+        with watch_server(server), served_adapter(server["root_url"], key.get_secret_value(),
+                                                  policy.adapter) as adapter:
+            yield {"base_url": server["base_url"], "model": adapter or server["model"],
+                   "tokenizer_path": policy.model_path}, key
     finally:
         stop_server(server["pid"])

@@ -16,10 +16,11 @@ from flows.vllm_inference import VLLMSettings, vllm_inference
 from ludic_core.bounds import MAX_BATCH, MAX_EPISODES, MAX_SEED, MAX_STEPS, bounded
 from ludic_core.compose.configs import AgentConfig, EnvConfig, SeedSchedule
 from ludic_core.compose.policy import ModelPolicy
+from ludic_core.compose.serving import server_for_run
 from ludic_core.config import (RL_TRAINER, AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig,
                                group_size_of)
 from ludic_core.training.stage import RolloutData, StageSpec
-from tasks.artifacts import learning_curve_artifact, table_artifact
+from tasks.artifacts import adapters_artifact, learning_curve_artifact, table_artifact
 from tasks.evaluation import evaluate_policy
 
 
@@ -56,6 +57,8 @@ class RLTrainConfig(TrainingConfig):
         if self.nodes.nnodes > 1 and self.inference == "vllm" and self.vllm.endpoint_block is None:
             raise ValueError("nodes.nnodes > 1 with inference vllm: a server this run starts listens on loopback; "
                              "name an InferenceEndpoint block (vllm.endpoint_block) every node can reach")
+        if self.inference == "vllm":  # a LoRA run's adapters need a server with LoRA serving at its rank
+            server_for_run(self.vllm.server, self.trainer.lora, self.vllm.lora)
         return self
 
     def preflight(self) -> None:
@@ -78,7 +81,8 @@ def rl_train(cfg: RLTrainConfig) -> str:
 
 def _rl_train(cfg: RLTrainConfig) -> str:
     cfg.preflight()
-    serving = (vllm_inference(cfg.vllm, cfg.model_path, launcher=cfg.launcher, nproc=cfg.nproc)
+    serving = (vllm_inference(cfg.vllm, cfg.model_path, launcher=cfg.launcher, nproc=cfg.nproc,
+                              lora=cfg.trainer.lora)
                if cfg.inference == "vllm" else nullcontext((None, None)))
     with serving as (endpoint, run_one):
         spec = StageSpec(model_path=cfg.model_path, checkpoint_dir=f"{cfg.out_dir}/checkpoints",
@@ -104,5 +108,7 @@ def _train_and_evaluate(cfg: RLTrainConfig, spec: StageSpec, run_one) -> str:
                                   result["step"], m["mean_return"], m["success_rate"])
     if evals:
         table_artifact("rl-evaluations", evals, "greedy evaluation after each RL stage")
+    if spec.vllm is not None and spec.vllm.lora.publishes_adapters(spec.trainer.lora):
+        adapters_artifact(spec.vllm.lora.directory(spec.checkpoint_dir))
     learning_curve_artifact("rl-learning-curve", spec.metrics_path, fields=("loss", "reward_mean"))
     return result["model_path"]

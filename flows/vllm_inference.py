@@ -7,6 +7,8 @@ cannot help when the server has died (every retry would hit the same dead
 port), so a stage is retried here instead: before each attempt the server is
 health-checked and, if it is ours, restarted on the same port; the retried
 stage resumes from the last checkpoint and first republishes those weights.
+A LoRA run publishes its adapter (`lora`), so a server the flow starts for
+it serves LoRA adapters at the run's rank (`compose.serving`).
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from pydantic import Field, SecretStr
 from flows.common import FlowConfig
 from flows.policies import endpoint_from_block
 from ludic_core.bounds import MAX_ATTEMPTS, MAX_BUCKET_MB, bounded
-from ludic_core.config import VLLMEndpoint
+from ludic_core.compose.serving import server_for_run
+from ludic_core.config import AdapterPublishing, LoRAConfig, VLLMEndpoint
 from ludic_core.inference.vllm_server import VLLMServerConfig
-from ludic_core.publish.vllm import WeightPushError
+from ludic_core.publish.vllm import AdapterLoadError, WeightPushError
 from ludic_core.training.stage import StageSpec
 from tasks.inference import ensure_server, start_server, stop_server, watch_server
 from tasks.training import train_stage
@@ -42,20 +45,25 @@ class VLLMSettings(FlowConfig):
     stage_attempts: int = bounded(3, ge=1, le=MAX_ATTEMPTS,
                                   description="tries per stage, restarting our server in between")
     bucket_mb: int = bounded(64, ge=1, le=MAX_BUCKET_MB, description="weight-push bucket size")
+    lora: AdapterPublishing = Field(
+        AdapterPublishing(), description="how a LoRA run publishes: its adapter (default; a server the flow "
+                                         "starts then serves LoRA at the run's rank) or merged full weights")
 
 
 @contextmanager
-def vllm_inference(settings: VLLMSettings, model_path: str, *, launcher: str,
-                   nproc: int) -> Iterator[tuple[VLLMEndpoint, Callable[[StageSpec], dict]]]:
-    """Yields (endpoint for StageSpec.vllm, run_one for run_stages)."""
+def vllm_inference(settings: VLLMSettings, model_path: str, *, launcher: str, nproc: int,
+                   lora: LoRAConfig | None = None) -> Iterator[tuple[VLLMEndpoint, Callable[[StageSpec], dict]]]:
+    """Yields (endpoint for StageSpec.vllm, run_one for run_stages). `lora`: the run's
+    trainer.lora (None = a full fine-tune)."""
     log = get_run_logger()
     state: dict = {"server": None}
+    server_cfg = server_for_run(settings.server, lora, settings.lora)
     if settings.endpoint_block:
         endpoint = endpoint_from_block(settings.endpoint_block)
         base_url, model, key = endpoint["base_url"], endpoint["model"], endpoint["api_key"]
     else:
         key = secrets.token_urlsafe(24)
-        state["server"] = start_server(model_path, settings.server, SecretStr(key))
+        state["server"] = start_server(model_path, server_cfg, SecretStr(key))
         base_url, model = state["server"]["base_url"], settings.server.served_model_name
     previous_key = os.environ.get(KEY_ENV)
     os.environ[KEY_ENV] = key or ""  # stages (and torchrun children) read the key from here
@@ -63,10 +71,10 @@ def vllm_inference(settings: VLLMSettings, model_path: str, *, launcher: str,
     def run_one(spec: StageSpec) -> dict:
         for attempt in range(1, settings.stage_attempts + 1):
             if state["server"] is not None:
-                state["server"] = ensure_server(state["server"], model_path, settings.server, SecretStr(key))
+                state["server"] = ensure_server(state["server"], model_path, server_cfg, SecretStr(key))
             try:
                 return train_stage.with_options(retries=0)(spec, launcher=launcher, nproc=nproc)
-            except WeightPushError:
+            except (WeightPushError, AdapterLoadError):
                 raise  # a refused push (wrong shape, missing parameter) fails the same way every time
             except Exception as exc:
                 if attempt == settings.stage_attempts:
@@ -79,7 +87,8 @@ def vllm_inference(settings: VLLMSettings, model_path: str, *, launcher: str,
         raise AssertionError("unreachable")
 
     try:
-        yield VLLMEndpoint(base_url=base_url, model=model, api_key_env=KEY_ENV, bucket_mb=settings.bucket_mb), run_one
+        yield VLLMEndpoint(base_url=base_url, model=model, api_key_env=KEY_ENV, bucket_mb=settings.bucket_mb,
+                           lora=settings.lora), run_one
     finally:
         if previous_key is None:
             os.environ.pop(KEY_ENV, None)

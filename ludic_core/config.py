@@ -8,6 +8,7 @@ field instead of being silently ignored.
 
 from __future__ import annotations
 
+from pathlib import PurePath
 from typing import Annotated, Literal, Union
 
 from pydantic import Field, model_validator
@@ -33,6 +34,7 @@ __all__ = [
     "LocalInferenceConfig",
     "RL_TRAINER",
     "SFT_TRAINER",
+    "AdapterPublishing",
     "VLLMEndpoint",
 ]
 
@@ -228,6 +230,32 @@ class LocalInferenceConfig(FrozenModel):
         description="requests decoded together in one batch; default 256 on a GPU, 64 on the CPU")
 
 
+class AdapterPublishing(FrozenModel):
+    """How a LoRA run publishes into a vLLM server: its adapter alone (megabytes,
+    loaded by name over the unchanged base) or merged full weights (the whole model)."""
+
+    mode: Literal["auto", "adapter", "merged"] = Field(
+        "auto", description="auto: a LoRA run publishes its adapter, a full fine-tune its weights; adapter: "
+                            "the same, but a full fine-tune is refused; merged: full weights with the adapter "
+                            "merged in (a server without LoRA serving)")
+    adapter_dir: str | None = Field(
+        None, description="where published adapters are written for the server to read (storage the server "
+                          "shares when it runs elsewhere); None = `adapters/` beside the run's checkpoint directory")
+    keep_last: int = bounded(2, ge=1, le=MAX_CHECKPOINTS,
+                             description="adapters kept loaded; older ones are unloaded and their files deleted")
+
+    def publishes_adapters(self, lora: LoRAConfig | None) -> bool:
+        """Whether a run with this `lora` (None = full fine-tune) publishes adapters."""
+        if self.mode == "adapter" and lora is None:
+            raise ValueError("lora.mode 'adapter' publishes LoRA adapters, but the trainer has no lora config "
+                             "(a full fine-tune): use mode 'auto' or 'merged'")
+        return lora is not None and self.mode != "merged"
+
+    def directory(self, checkpoint_dir: str) -> str:
+        """`adapter_dir`, else `adapters/` beside `checkpoint_dir` (inside the run's directory)."""
+        return self.adapter_dir or str(PurePath(checkpoint_dir).parent / "adapters")
+
+
 class VLLMEndpoint(FrozenModel):
     """Roll out through a running vLLM server and publish weights into it.
 
@@ -239,3 +267,4 @@ class VLLMEndpoint(FrozenModel):
     model: str = Field("policy", description="served model name")
     api_key_env: str = Field("LUDIC_VLLM_API_KEY", description="environment variable holding the API key")
     bucket_mb: int = bounded(64, ge=1, le=MAX_BUCKET_MB, description="weight-push bucket size")
+    lora: AdapterPublishing = Field(AdapterPublishing(), description="how a LoRA run publishes into the server")

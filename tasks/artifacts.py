@@ -29,6 +29,19 @@ def table_artifact(key: str, rows: list[dict], description: str) -> None:
     create_table_artifact(key=key, table=rows, description=description)
 
 
+@task(name="artifact-published-adapters", cache_policy=NO_CACHE)
+def adapters_artifact(adapter_dir: str) -> None:
+    """Each adapter a LoRA run published into vLLM: version, files, size, whether they are still on disk."""
+    from ludic_core.publish.vllm_adapters import read_published
+
+    rows = [{"version": r["version"], "name": r["name"], "path": r["path"], "mb": round(r["bytes"] / 1e6, 3),
+             "load_s": round(r["seconds"], 3), "on_disk": Path(r["path"]).is_dir()}
+            for r in read_published(adapter_dir)]
+    if rows:
+        note = f"LoRA adapters published into vLLM from {adapter_dir} (the newest stay loaded)"
+        create_table_artifact(key="published-adapters", table=rows, description=note)
+
+
 @task(name="artifact-lineage", cache_policy=NO_CACHE)
 def lineage_artifact(key: str, stages: Mapping[str, str]) -> None:
     """Which stage produced which path: the chain's data lineage."""

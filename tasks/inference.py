@@ -50,15 +50,17 @@ def watch_server(server: dict) -> Iterator[None]:
 def _describe(server: VLLMServer) -> dict:
     return {"pid": server.pid, "base_url": server.base_url, "root_url": server.root_url,
             "host": server.host, "port": server.port, "log_path": server.log_path,
-            "model": server.model_name, "build": server.build, "startup_s": round(server.startup_seconds, 1)}
+            "model": server.model_name, "build": server.build, "startup_s": round(server.startup_seconds, 1),
+            "lora_rank": server.lora_rank}
 
 
 @task(name="start-vllm-server", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
 def start_server(model_path: str, cfg: VLLMServerConfig, api_key: SecretStr) -> dict:
     """Start and health-wait; a failed start leaves nothing running, so a retry is clean."""
     server, _ = start_vllm_server(model_path, cfg, api_key=api_key.get_secret_value())
-    get_run_logger().info("vLLM (%s) serving %s at %s, pid %d, healthy after %.0f s; log %s", server.build,
-                          model_path, server.base_url, server.pid, server.startup_seconds, server.log_path)
+    get_run_logger().info("vLLM (%s) serving %s at %s, pid %d, healthy after %.0f s%s; log %s", server.build,
+                          model_path, server.base_url, server.pid, server.startup_seconds,
+                          f", LoRA adapters up to rank {server.lora_rank}" if server.lora_rank else "", server.log_path)
     return _describe(server)
 
 

@@ -158,9 +158,12 @@ def format_tuned_model_dir(tiny_model_dir, tmp_path_factory, device):
 @pytest.fixture(scope="session")
 def vllm_server(tiny_model_dir, tmp_path_factory):
     """One real vLLM server (the CPU build here) for the whole session, started
-    the way a user does: `ludic serve --model DIR`, which prints a JSON line
-    once /health answers. Stopped by PID at the end (SIGTERM to `ludic serve`,
-    which stops the server's process group). A missing vLLM environment fails
+    the way a user does: `ludic serve --model DIR --lora-rank 8`, which prints
+    a JSON line once /health answers. It also serves LoRA adapters (loaded at
+    runtime by the adapter tests, which unload them again); requests for the
+    base and full-weight pushes work the same with LoRA serving on. Stopped by
+    PID at the end (SIGTERM to `ludic serve`, which stops the server's process
+    group). A missing vLLM environment fails
     the tests that need it: run `ludic serve --setup` (`.ci/run` does)."""
     import json
     import os
@@ -179,7 +182,7 @@ def vllm_server(tiny_model_dir, tmp_path_factory):
     logs = tmp_path_factory.mktemp("vllm-logs")
     cli = subprocess.Popen(
         [sys.executable, "-m", "flows.cli", "serve", "--model", str(tiny_model_dir), "--port", str(port),
-         "--log-dir", str(logs)],
+         "--log-dir", str(logs), "--lora-rank", "8"],
         env={**os.environ, "LUDIC_VLLM_API_KEY": key}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen = []  # warnings may come first; the JSON line comes once /health answers
     for line in cli.stdout:

@@ -9,6 +9,7 @@ with the same configs, and this package is where they meet code:
 - `build`:    envs, agents, engines and requests for any env;
 - `policy`:   who plays (scripted, a model directory, a server) -> a `ChatClient`;
 - `source`:   the one builder of a fresh-rollout `RolloutBatchSource`.
+- `serving`:  which vLLM server a training run starts (LoRA serving for adapters).
 
 Importing the package loads only the configs (no torch), so a Prefect server can
 validate a form; the builders are imported from their modules.

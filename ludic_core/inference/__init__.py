@@ -8,7 +8,7 @@ specs load anywhere.
 from typing import Any
 
 from ludic_core.inference.client import ChatClient, WeightPusher
-from ludic_core.inference.errors import ContextLengthError, InferenceServerError
+from ludic_core.inference.errors import ContextLengthError, InferenceServerError, UnknownServedModelError
 from ludic_core.inference.sampling import (
     ChatCompletionRequest,
     InferenceSpec,
@@ -28,6 +28,7 @@ __all__ = [
     "SamplingConfig",
     "ScriptedChatClient",
     "ScriptedPolicy",
+    "UnknownServedModelError",
     "WeightPusher",
     "VLLMChatClient",
 ]

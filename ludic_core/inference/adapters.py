@@ -16,10 +16,12 @@ from typing import Any, Mapping
 
 import torch
 
+from ludic_core.inference.errors import UnknownServedModelError
+
 __all__ = ["ServedAdapters", "UnknownModelError"]
 
 
-class UnknownModelError(ValueError):
+class UnknownModelError(UnknownServedModelError):
     """A request named a model (adapter) that is not served."""
 
 

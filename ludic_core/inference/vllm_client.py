@@ -12,6 +12,14 @@ publish pauses the server with mode=wait and sets the new version before it
 resumes, so equal versions before and after mean the whole completion came
 from that version. If they differ a push finished meanwhile and the
 completion is sent again (rare: pushes are seconds apart, requests short).
+
+A LoRA run serves each policy version as an adapter named `policy-vN` over
+the unchanged base (`publish.vllm_adapters`). A request names the adapter,
+so its completion came from version N: no bracketing is needed. The
+publisher tells the client the newest name (`note_published(version,
+model=...)`); a client in another process (a pipeline actor) follows it with
+`follow_newest_adapter()`. A model the server does not serve (a typo, an
+adapter already unloaded) is an `UnknownServedModelError` listing what is.
 """
 
 from __future__ import annotations
@@ -23,8 +31,9 @@ from typing import Any, Mapping
 
 import httpx
 
+from ludic_core.inference.adapter_names import adapter_version
 from ludic_core.inference.client import WeightPusher
-from ludic_core.inference.errors import ContextLengthError, InferenceServerError
+from ludic_core.inference.errors import ContextLengthError, InferenceServerError, UnknownServedModelError
 from ludic_core.inference.sampling import ChatCompletionRequest
 from ludic_core.inference.vllm_http import (
     RETRYABLE_STATUS,
@@ -35,7 +44,7 @@ from ludic_core.inference.vllm_http import (
 )
 from ludic_core.types import ChatResponse
 
-__all__ = ["VLLMChatClient", "parse_version"]
+__all__ = ["VLLMChatClient", "newest_adapter", "parse_version"]
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +57,18 @@ def parse_version(value: Any) -> int | None:
     return int(text) if text.lstrip("-").isdigit() else None
 
 
+def newest_adapter(served: list[str]) -> str | None:
+    """The versioned adapter (`policy-vN`) of the highest version among `served`, None without one."""
+    versioned = [(v, name) for name in served if (v := adapter_version(name)) is not None]
+    return max(versioned)[1] if versioned else None
+
+
 class VLLMChatClient:
-    """`ChatClient` for a vLLM server; `base_url` ends in /v1."""
+    """`ChatClient` for a vLLM server; `base_url` ends in /v1.
+
+    `model` is the base's served name; `self.model` is what requests that name
+    no model get (the newest published adapter, once one is).
+    """
 
     def __init__(
         self,
@@ -67,7 +86,8 @@ class VLLMChatClient:
         if not base_url.endswith("/v1"):
             raise ValueError(f"base_url must be the OpenAI API root ending in /v1, got {base_url!r}")
         self.base_url, self.root_url = base_url, base_url[: -len("/v1")]
-        self.model, self.retry = model, retry
+        self.base_model = self.model = model
+        self.retry = retry
         self.max_version_retries = max_version_retries
         self.extra_body = dict(extra_body or {})  # more vLLM sampling fields, e.g. {"top_k": 20}
         self._api_key, self._timeout_s, self._max_conn = api_key, timeout_s, max_connections
@@ -83,7 +103,30 @@ class VLLMChatClient:
 
     # ---- ChatClient ----------------------------------------------------
     async def complete(self, request: ChatCompletionRequest) -> tuple[ChatResponse, dict[str, Any]]:
+        try:
+            return await self._complete(request)
+        except UnknownServedModelError as exc:
+            # The adapter this client followed was unloaded (a publisher elsewhere moved
+            # on, keep_last behind): follow the newest and send the request once more.
+            if request.model is not None or adapter_version(self.model) is None:
+                raise
+            newest = newest_adapter(list(exc.served))
+            if newest is None or newest == exc.model:
+                raise
+            log.info("adapter %s is no longer served; following %s", exc.model, newest)
+            self.model = newest
+            return await self._complete(request)
+
+    async def _complete(self, request: ChatCompletionRequest) -> tuple[ChatResponse, dict[str, Any]]:
         body = self._body(request)
+        adapter = adapter_version(body["model"])
+        if adapter is not None:  # an adapter never changes under its name: it is the version
+            sent = time.monotonic()
+            data = await self._post_chat(body)
+            self.stats["requests"] += 1
+            info = {"backend": "vllm", "latency_s": time.monotonic() - sent, "weight_version": body["model"],
+                    "attempts": 1}
+            return self._to_response(request, data, adapter), info
         for attempt in range(self.max_version_retries + 1):
             before = self._known_version or await self._version_since(0.0)
             sent = time.monotonic()
@@ -107,9 +150,28 @@ class VLLMChatClient:
         self.publisher.publish(params, version=version)
         return int(version)
 
-    def note_published(self, version: int) -> None:
-        """A publisher in this process finished a push: skip one version read."""
-        self._known_version = str(int(version))
+    def note_published(self, version: int, *, model: str | None = None) -> None:
+        """A publisher in this process finished a push. `model` None: full weights
+        at `version` (skip one version read); else the adapter `model` now serves
+        `version`, and requests that name no model get it from now on."""
+        if model is None:
+            self._known_version = str(int(version))
+            self.model = self.base_model
+        else:
+            self.model = model
+
+    async def served_models(self) -> list[str]:
+        """Every name the server answers to (GET /v1/models): the base and its adapters."""
+        return _model_ids(await self._request("GET", f"{self.base_url}/models"))
+
+    def follow_newest_adapter(self) -> str:
+        """Point requests that name no model at the newest adapter the server serves
+        (the base when it serves none); returns that name. For a client whose
+        publisher runs elsewhere: a pipeline actor calls it before each round."""
+        with httpx.Client(headers=auth_headers(self._api_key), timeout=httpx.Timeout(self._timeout_s)) as http:
+            served = _model_ids(check_response(http.get(f"{self.base_url}/models"), "GET /v1/models"))
+        self.model = newest_adapter(served) or self.base_model
+        return self.model
 
     # ---- HTTP ------------------------------------------------------------
     def _client(self) -> httpx.AsyncClient:
@@ -146,7 +208,19 @@ class VLLMChatClient:
         raise AssertionError("unreachable")
 
     async def _post_chat(self, body: dict[str, Any]) -> dict[str, Any]:
-        return await self._request("POST", f"{self.base_url}/chat/completions", json=body)
+        try:
+            return await self._request("POST", f"{self.base_url}/chat/completions", json=body)
+        except InferenceServerError as exc:
+            if "answered 404" not in str(exc) or "does not exist" not in str(exc):
+                raise
+            served = await self.served_models()
+            if body["model"] in served:  # a 404 about something else
+                raise
+        hint = (" (an adapter older than the publisher's keep_last is unloaded)"
+                if adapter_version(body["model"]) is not None else "")
+        raise UnknownServedModelError(f"model {body['model']!r} is not served by {self.base_url}; it serves "
+                                      f"{', '.join(served) or 'nothing'}{hint}", model=body["model"],
+                                      served=tuple(served))
 
     async def _version_since(self, since: float) -> str:
         """The server's weight version from a read sent no earlier than `since`.
@@ -206,6 +280,10 @@ class VLLMChatClient:
         if self._http is not None:
             await self._http.aclose()
             self._http = None
+
+
+def _model_ids(data: Any) -> list[str]:
+    return [str(m["id"]) for m in (data or {}).get("data", [])]
 
 
 class _VersionRead:

@@ -13,7 +13,11 @@ The server is started with what ludic relies on:
     vLLM's NCCL engine on CUDA, ludic's gloo engine (`vllm_plugin`) on CPU;
   * an API key on every route (vLLM guards only /v1..., our middleware the
     rest), handed over in VLLM_API_KEY so it never shows in `ps`;
-  * bound to 127.0.0.1 unless told otherwise.
+  * bound to 127.0.0.1 unless told otherwise;
+  * with `max_lora_rank`: LoRA serving (`--enable-lora`) and runtime adapter
+    loading (VLLM_ALLOW_RUNTIME_LORA_UPDATING, which switches on
+    /v1/load_lora_adapter and /v1/unload_lora_adapter), so a LoRA run
+    publishes megabytes of adapter per step instead of the whole model.
 The server runs in its own process group so `stop()` also ends the engine-core
 and worker processes it spawns.
 """
@@ -33,15 +37,35 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from ludic_core.bounds import MAX_KV_CACHE_GIB, MAX_SECONDS, MAX_SEQ_LEN, MAX_TOKEN_BUDGET, bounded
+from ludic_core.bounds import (MAX_CONCURRENCY, MAX_KV_CACHE_GIB, MAX_LORA_RANK, MAX_SECONDS, MAX_SEQ_LEN,
+                               MAX_TOKEN_BUDGET, bounded)
 from ludic_core.frozen import FrozenModel
 from ludic_core.inference.errors import InferenceServerError
 from ludic_core.lifetime import with_parent
 
 __all__ = ["VLLMServerConfig", "VLLMServer", "start_vllm_server", "stop_server_pid", "detect_build",
-           "resolve_python", "free_port", "pid_alive"]
+           "resolve_python", "free_port", "pid_alive", "served_lora_rank", "VLLM_LORA_RANKS"]
+
+#: The `--max-lora-rank` values vLLM accepts (`vllm.config.lora.MaxLoRARanks` in 0.27-0.32).
+#: Its LoRA kernels are built for these; any other value is refused at start-up.
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def served_lora_rank(rank: int) -> int:
+    """The smallest rank vLLM accepts that holds adapters of rank `rank`.
+
+    `--max-lora-rank` sizes the server's adapter slots: an adapter of a lower
+    rank is zero-padded into them, so rounding up only costs slot memory.
+    """
+    if rank < 1:
+        raise ValueError(f"a LoRA rank is >= 1, got {rank}")
+    fits = [r for r in VLLM_LORA_RANKS if r >= rank]
+    if not fits:
+        raise ValueError(f"LoRA rank {rank} is above the largest vLLM serves ({VLLM_LORA_RANKS[-1]}): "
+                         "train a smaller adapter or publish merged weights (lora_publish: merged)")
+    return fits[0]
 
 
 class VLLMServerConfig(FrozenModel):
@@ -66,7 +90,26 @@ class VLLMServerConfig(FrozenModel):
     tool_call_parser: str | None = Field("hermes", description="None disables tool-call parsing")
     startup_timeout_s: float = bounded(300.0, gt=0, le=MAX_SECONDS, description="seconds to wait for a healthy server")
     log_dir: str = Field("runs/vllm", description="server logs go to LOG_DIR/server-PORT.log")
+    max_lora_rank: int | None = bounded(
+        None, ge=1, le=MAX_LORA_RANK,
+        description="serve LoRA adapters up to this rank (--enable-lora, loadable at runtime); rounded up to a "
+                    "rank vLLM accepts (1, 8, 16, 32, 64, 128, 256, 320, 512); None = no LoRA serving")
+    max_loras: int = bounded(2, ge=1, le=MAX_CONCURRENCY,
+                             description="adapters one batch can mix (--max-loras): 2 lets requests on the "
+                                         "previous version finish beside the newest while a publish lands")
+    max_cpu_loras: int | None = bounded(None, ge=1, le=MAX_CONCURRENCY,
+                                        description="adapters cached in host memory (--max-cpu-loras); "
+                                                    "None = vLLM's default (max_loras)")
     extra_args: tuple[str, ...] = Field((), description="more `vllm serve` flags, passed as given")
+
+    @model_validator(mode="after")
+    def _lora_settings_fit(self) -> VLLMServerConfig:
+        if self.max_lora_rank is not None:
+            served_lora_rank(self.max_lora_rank)  # above vLLM's largest: refused now, naming the rank
+            if self.max_cpu_loras is not None and self.max_cpu_loras < self.max_loras:
+                raise ValueError(f"max_cpu_loras ({self.max_cpu_loras}) must be >= max_loras ({self.max_loras}): "
+                                 "vLLM caches at least the adapters one batch uses")
+        return self
 
 
 def resolve_python(cfg: VLLMServerConfig) -> str:
@@ -120,7 +163,20 @@ def build_command(model_path: str, cfg: VLLMServerConfig, *, python: str, port: 
     env = {"VLLM_SERVER_DEV_MODE": "1", "PYTHONPATH": str(PLUGIN_DIR)}
     if build == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.kv_cache_gib)
+    if cfg.max_lora_rank is not None:
+        cmd += lora_flags(cfg)
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"  # vLLM's documented switch for the load/unload routes
     return cmd + list(cfg.extra_args), env
+
+
+def lora_flags(cfg: VLLMServerConfig) -> list[str]:
+    """`vllm serve` flags for LoRA serving (`cfg.max_lora_rank` set)."""
+    assert cfg.max_lora_rank is not None
+    flags = ["--enable-lora", "--max-lora-rank", str(served_lora_rank(cfg.max_lora_rank)),
+             "--max-loras", str(cfg.max_loras)]
+    if cfg.max_cpu_loras is not None:
+        flags += ["--max-cpu-loras", str(cfg.max_cpu_loras)]
+    return flags
 
 
 @dataclass
@@ -135,6 +191,7 @@ class VLLMServer:
     build: str
     startup_seconds: float = 0.0
     process: subprocess.Popen | None = None
+    lora_rank: int | None = None  # the largest adapter rank it serves (--max-lora-rank); None = no LoRA
 
     @property
     def root_url(self) -> str:
@@ -286,7 +343,8 @@ def start_vllm_server(model_path: str | Path, cfg: VLLMServerConfig | None = Non
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(with_parent(cmd, forward=False), stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-    server = VLLMServer(proc.pid, cfg.host, port, str(log_path), cfg.served_model_name, build, process=proc)
+    server = VLLMServer(proc.pid, cfg.host, port, str(log_path), cfg.served_model_name, build, process=proc,
+                        lora_rank=served_lora_rank(cfg.max_lora_rank) if cfg.max_lora_rank else None)
     deadline = time.monotonic() + cfg.startup_timeout_s
     try:
         while not _health_ok(server.root_url, 2.0):

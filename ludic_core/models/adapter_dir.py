@@ -91,10 +91,14 @@ def read_base_ref(path: str | Path) -> dict[str, Any]:
 
 
 def write_adapter_dir(
-    out: str | Path, tensors: Mapping[str, torch.Tensor], peft_config: Any, base_ref: Mapping[str, Any],
+    out: str | Path, tensors: Mapping[str, torch.Tensor], peft_config: Any, base_ref: Mapping[str, Any] | None,
     tokenizer: Any = None,
 ) -> None:
-    """PEFT's adapter files (tensors keyed as PEFT saves them), the base pointer, the tokenizer."""
+    """PEFT's adapter files (tensors keyed as PEFT saves them), the base pointer, the tokenizer.
+
+    `base_ref` None writes PEFT's files alone (a copy for a server to load,
+    whose base is the served model): nothing ludic checks a base against.
+    """
     import copy
 
     from safetensors.torch import save_file
@@ -102,12 +106,14 @@ def write_adapter_dir(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     cfg = copy.deepcopy(peft_config)
-    cfg.base_model_name_or_path = base_ref.get("path")
+    if base_ref is not None:
+        cfg.base_model_name_or_path = base_ref.get("path")
     cfg.inference_mode = True
     cfg.save_pretrained(str(out))
     save_file({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}, str(out / WEIGHTS_FILE),
               metadata={"format": "pt"})
-    (out / BASE_FILE).write_text(json.dumps(dict(base_ref), indent=1))
+    if base_ref is not None:
+        (out / BASE_FILE).write_text(json.dumps(dict(base_ref), indent=1))
     if tokenizer is not None:
         tokenizer.save_pretrained(out)
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Literal, Mapping, Protocol, runtime_checkable
 
+from ludic_core.inference.adapter_names import adapter_name
+
 __all__ = ["AdapterPublisher", "InProcessPublisher", "PolicyPublisher", "adapter_name"]
 
 
@@ -31,11 +33,6 @@ class AdapterPublisher(Protocol):
     accepts_adapters: bool
 
     def publish_adapter(self, tensors: Mapping[str, Any], config: Any, *, version: int) -> None: ...
-
-
-def adapter_name(version: int) -> str:
-    """The name an adapter published at `version` is served under (requests name it)."""
-    return f"policy-v{int(version)}"
 
 
 class InProcessPublisher:

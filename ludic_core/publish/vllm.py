@@ -15,12 +15,19 @@ touched, so the server keeps serving the previous version. The error says so.
 
 The version vLLM stores is what `VLLMChatClient` reports on every completion.
 One publisher per server: a second concurrent one would interleave pauses.
+
+Constructed with an `adapter_dir`, it also takes a LoRA run's adapter
+(`publish_adapter`): written there and loaded into the server under
+`policy-v{version}` (`vllm_adapters`), no pause and no weight transfer, the
+base untouched. `on_published(version, model=NAME)` then tells the client
+which adapter requests should name.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import torch
@@ -29,8 +36,9 @@ from ludic_core.inference.errors import InferenceServerError
 from ludic_core.inference.vllm_http import ControlClient, RetryPolicy
 from ludic_core.inference.vllm_plugin import ludic_gloo_wire as wire
 from ludic_core.publish.transports import WeightTransport, make_transport
+from ludic_core.publish.vllm_adapters import AdapterLoadError, PublishedAdapter, ServerAdapters
 
-__all__ = ["VLLMPolicyPublisher", "WeightPushError"]
+__all__ = ["AdapterLoadError", "VLLMPolicyPublisher", "WeightPushError"]
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +59,9 @@ class VLLMPolicyPublisher:
         bucket_mb: int = 64,
         transfer_host: str = "127.0.0.1",
         timeout_s: float = 300.0,
-        on_published: Callable[[int], None] | None = None,
+        on_published: Callable[..., None] | None = None,
+        adapter_dir: str | Path | None = None,
+        keep_adapters: int = 2,
     ) -> None:
         root_url = root_url.rstrip("/")
         if root_url.endswith("/v1"):
@@ -60,8 +70,12 @@ class VLLMPolicyPublisher:
         self.control = ControlClient(root_url, api_key=api_key, timeout_s=timeout_s, retry=RetryPolicy())
         self.transport = (make_transport(transport, host=transfer_host, bucket_bytes=bucket_mb << 20)
                           if isinstance(transport, str) else transport)
-        self.on_published = on_published
+        self.on_published = on_published  # (version) after full weights, (version, model=NAME) after an adapter
+        self.adapters = (ServerAdapters(self.control, adapter_dir, keep_last=keep_adapters)
+                         if adapter_dir is not None else None)
         self.published_version: int | None = None
+        self.published_model: str | None = None  # the adapter requests name; None = the base's name
+        self.published_adapters: list[PublishedAdapter] = []  # every adapter this publisher loaded
         self.last_push: dict[str, float] = {}
         self._schema: dict[str, tuple[str, tuple[int, ...]]] | None = None
 
@@ -87,6 +101,33 @@ class VLLMPolicyPublisher:
     def served_version(self) -> str:
         return str(self.control.get("/weight_info")["weight_version"])
 
+    @property
+    def accepts_adapters(self) -> bool:
+        """True when built with an adapter_dir: a LoRA trainer then sends its adapter, not merged weights."""
+        return self.adapters is not None
+
+    # ---- AdapterPublisher -------------------------------------------------
+    def publish_adapter(self, tensors: Mapping[str, Any], config: Any, *, version: int) -> None:
+        """Load the adapter of `version` as `policy-v{version}`, point the client at it,
+        then unload adapters beyond keep_adapters. A refused load (`AdapterLoadError`)
+        leaves the server serving what it served."""
+        if self.adapters is None:
+            raise ValueError(f"this publisher for {self.root_url} was built without adapter_dir: it publishes "
+                             "full weights (publish); pass adapter_dir= to publish adapters")
+        done = self.adapters.publish({k: _plain(t) for k, t in tensors.items()}, config, version=version)
+        self.published_adapters.append(done)
+        self.last_push = {"version": float(version), "mb": done.bytes / 1e6, "seconds": done.seconds,
+                          "mb_per_s": done.bytes / 1e6 / max(done.seconds, 1e-9)}
+        self.published_version, self.published_model = int(version), done.name
+        log.info("published adapter %s to %s: %.2f MB in %.3f s", done.name, self.root_url, done.bytes / 1e6,
+                 done.seconds)
+        if self.on_published is not None:
+            self.on_published(int(version), model=done.name)
+        gone = self.adapters.evict()  # after the client moved on: no new request names them
+        if gone:
+            log.info("unloaded adapters %s from %s (keeping the newest %d)", gone, self.root_url,
+                     self.adapters.keep_last)
+
     # ---- PolicyPublisher -------------------------------------------------
     def publish(self, state_dict: Mapping[str, Any], *, version: int) -> None:
         plain = {n: _plain(t) for n, t in state_dict.items()}
@@ -106,7 +147,7 @@ class VLLMPolicyPublisher:
         secs = time.perf_counter() - t0
         mb = sum(m.nbytes for m in metas) / 1e6
         self.last_push = {"version": float(version), "mb": mb, "seconds": secs, "mb_per_s": mb / max(secs, 1e-9)}
-        self.published_version = int(version)
+        self.published_version, self.published_model = int(version), None
         log.info("published version %d to %s: %.1f MB in %.2f s (%.0f MB/s)", version, self.root_url,
                  mb, secs, mb / max(secs, 1e-9))
         if self.on_published is not None:

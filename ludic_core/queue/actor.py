@@ -109,6 +109,8 @@ def _source(spec: ActorSpec, round_index: int) -> tuple[Any, int, str | None]:
         # every completion is stamped with the server's weight version, whatever was pushed meanwhile
         client: Any = VLLMChatClient(spec.vllm.base_url, model=spec.vllm.model,
                                      api_key=os.environ.get(spec.vllm.api_key_env) or None)
+        if spec.vllm.lora.mode != "merged":  # a LoRA trainer publishes adapters: play the newest one
+            client.follow_newest_adapter()
         version, fingerprint = 0, _fingerprint(spec.tokenizer_path)
     else:
         latest = read_latest(spec.policy_dir) if spec.policy_dir else None

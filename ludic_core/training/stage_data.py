@@ -63,8 +63,11 @@ def inference(spec: StageSpec, serve_from: str) -> tuple[Any, Any]:
     from ludic_core.inference.vllm_client import VLLMChatClient
     from ludic_core.publish.vllm import VLLMPolicyPublisher  # torch: loaded by the stage that pushes weights
 
-    key = os.environ.get(spec.vllm.api_key_env)
+    key, lora = os.environ.get(spec.vllm.api_key_env), spec.vllm.lora
+    # a LoRA run publishes its adapter (loaded by name; the client then requests it), else full weights
+    adapter_dir = lora.directory(spec.checkpoint_dir) if lora.publishes_adapters(spec.trainer.lora) else None
     vclient = VLLMChatClient(spec.vllm.base_url, model=spec.vllm.model, api_key=key)
     vclient.publisher = VLLMPolicyPublisher(vclient.root_url, api_key=key, bucket_mb=spec.vllm.bucket_mb,
-                                            on_published=vclient.note_published)
+                                            on_published=vclient.note_published, adapter_dir=adapter_dir,
+                                            keep_adapters=lora.keep_last)
     return vclient, vclient.publisher

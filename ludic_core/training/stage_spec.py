@@ -122,3 +122,9 @@ class StageSpec(FrozenModel):
     local: LocalInferenceConfig = Field(LocalInferenceConfig(), description="the in-process LocalChatClient")
     wandb: WandbSpec | None = Field(None, description="also log to wandb")
     nodes: NodeSettings = Field(NodeSettings(), description="torchrun across machines (launcher torchrun only)")
+
+    @model_validator(mode="after")
+    def _adapters_need_lora(self) -> StageSpec:
+        if self.vllm is not None:
+            self.vllm.lora.publishes_adapters(self.trainer.lora)  # mode 'adapter' without lora: refused here
+        return self

@@ -175,3 +175,32 @@ def test_the_server_ends_with_the_process_that_started_it(tiny_model_dir, tmp_pa
     with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), timeout=5):
         pass
     assert not os.path.exists(f"/proc/{pid}") or b"Z" in open(f"/proc/{pid}/stat", "rb").read().split(b")")[-1][:3]
+
+
+@pytest.mark.parametrize(("rank", "served"), [(1, 1), (2, 8), (8, 8), (9, 16), (16, 16), (33, 64), (300, 320),
+                                              (321, 512), (512, 512)])
+def test_lora_ranks_round_up_to_one_vllm_accepts(rank, served):
+    from ludic_core.inference.vllm_server import served_lora_rank
+
+    assert served_lora_rank(rank) == served
+
+
+def test_lora_serving_flags_and_the_runtime_update_switch():
+    cfg = VLLMServerConfig(max_lora_rank=12, max_loras=3, max_cpu_loras=4)
+    cmd, env = build_command("/m", cfg, python="p", port=1, build="cpu")
+    assert "--enable-lora" in cmd
+    assert (_flag(cmd, "--max-lora-rank"), _flag(cmd, "--max-loras"), _flag(cmd, "--max-cpu-loras")) == ("16", "3", "4")
+    assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"  # /v1/load_lora_adapter and /v1/unload_lora_adapter
+    plain, plain_env = build_command("/m", VLLMServerConfig(), python="p", port=1, build="cpu")
+    assert not any("lora" in arg for arg in plain) and "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in plain_env
+    default_cpu, _ = build_command("/m", VLLMServerConfig(max_lora_rank=8), python="p", port=1, build="cpu")
+    assert "--max-cpu-loras" not in default_cpu and _flag(default_cpu, "--max-loras") == "2"
+
+
+def test_lora_settings_that_vllm_would_refuse_are_refused_naming_them():
+    with pytest.raises(ValidationError, match=r"LoRA rank 600 is above the largest vLLM serves \(512\)"):
+        VLLMServerConfig(max_lora_rank=600)
+    with pytest.raises(ValidationError, match=r"max_cpu_loras \(1\) must be >= max_loras \(2\)"):
+        VLLMServerConfig(max_lora_rank=8, max_cpu_loras=1)
+    with pytest.raises(ValidationError, match="max_lora_rank"):
+        VLLMServerConfig(max_lora_rank=0)

@@ -118,3 +118,27 @@ def test_refused_pushes_fail_at_once_transient_failures_are_retried(prefect_api,
     with pytest.raises(WeightPushError if error == "refused" else ConnectionError):
         run()
     assert attempts == [2] * calls
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+@pytest.mark.heavy  # starts its own server; .ci/run runs it (make test-heavy)
+def test_a_lora_run_starts_a_lora_server_and_publishes_adapters(prefect_api, format_tuned_model_dir, tmp_path):
+    from ludic_core.config import LoRAConfig
+    from ludic_core.publish.vllm_adapters import read_published
+
+    cfg = RLTrainConfig(
+        model_path=str(format_tuned_model_dir), out_dir=str(tmp_path), inference="vllm",
+        vllm=VLLMSettings(server=VLLMServerConfig(log_dir=str(tmp_path / "vllm"))),
+        env=ENV, agent=AGENT, algorithm=GRPOConfig(group_size=2), requests_per_step=2, steps=2, steps_per_stage=2,
+        eval_episodes=0, trainer=TrainerConfig(lr=1e-3, max_seq_len=512, lora=LoRAConfig(r=4), max_lag=0))
+    model = rl_train(cfg)
+    assert "step_00000002" in model
+    (log,) = (tmp_path / "vllm").glob("server-*.log")
+    text = log.read_text()
+    assert "'enable_lora': True" in text and "'max_lora_rank': 8" in text  # the run's r=4, rounded up
+    assert "Loaded new LoRA adapter: name 'policy-v2'" in text and "POST /update_weights" not in text
+    published = read_published(tmp_path / "adapters")  # what the published-adapters artifact lists
+    assert [r["name"] for r in published] == ["policy-v0", "policy-v1", "policy-v2"]
+    metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    assert [m["stale_dropped"] for m in metrics] == [0.0, 0.0]  # each step trained on its adapter's rollouts

@@ -158,6 +158,8 @@ def test_concurrent_completions_each_come_from_exactly_one_version(client, publi
 
 
 def test_lora_is_published_as_merged_weights(client, publisher, tiny_model_and_tokenizer, teacher_logprobs):
+    """A publisher without adapter_dir (lora.mode merged) pushes a LoRA run's merged weights,
+    also into this server with LoRA serving on (adapters: test_vllm_adapters_live)."""
     import copy
 
     from ludic_core.config import LoRAConfig
