@@ -27,13 +27,18 @@ $(VLLM_STAMP): $(STAMP) ludic_core/inference/vllm_setup.py
 
 vllm: $(VLLM_STAMP)
 
-# --durations: the slowest tests in every CI log, to keep the default suite under 15 minutes
+# TEST_WORKERS pytest-xdist workers (one per core here): most tests wait on servers and
+# subprocesses, so two run side by side; --dist loadgroup keeps the `vllm` tests on one worker
+# (one shared vLLM server). One OpenMP thread per worker: two teams on two cores fight.
+# --durations: the slowest tests in every CI log, to keep the default suite under 10 minutes.
+TEST_WORKERS ?= 2
+PYTEST := OMP_NUM_THREADS=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 test: $(STAMP) $(VLLM_STAMP)
-	$(PY) -m pytest --durations=15
+	$(PYTEST) --durations=15
 
 # the long checks `make test` leaves out (marker `heavy`); .ci/run runs both
 test-heavy: $(STAMP) $(VLLM_STAMP)
-	$(PY) -m pytest -m heavy --durations=10
+	$(PYTEST) -m heavy --durations=10
 
 # the docs site (mkdocs.yml, docs/): --strict, so a broken link, anchor or API reference fails;
 # the site goes to build/site

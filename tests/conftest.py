@@ -29,15 +29,34 @@ def pytest_configure(config):
     os.environ["LUDIC_DEVICE"] = device
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its hook would run first otherwise)
 def pytest_collection_modifyitems(config, items):
     from ludic_core.device import cuda_available
 
+    # Under pytest-xdist (`make test` runs 2 workers, --dist loadgroup) an expensive fixture is
+    # set up once, not once per worker: the tests of the session's vLLM server share one worker,
+    # and so do the tests of a module that use one of its module-scoped fixtures (a Prefect
+    # server with deployments, a sandbox pool). The other tests go wherever a worker is free.
+    for item in items:
+        group = _xdist_group(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
     if cuda_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (marker gpu)")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def _xdist_group(item) -> str | None:
+    if "vllm_server" in getattr(item, "fixturenames", ()):
+        return "vllm_server"
+    info = getattr(item, "_fixtureinfo", None)
+    if info is not None and any(defs[-1].scope in ("module", "class", "package")
+                                for defs in info.name2fixturedefs.values() if defs):
+        return item.nodeid.split("::", 1)[0]
+    return None
 
 
 @pytest.fixture(scope="session")

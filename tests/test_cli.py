@@ -19,15 +19,28 @@ def _ludic(*args: str, home: Path, timeout: float = 600) -> subprocess.Completed
                           capture_output=True, text=True, timeout=timeout)
 
 
+def _ludic_here(*args: str, capsys) -> tuple[int, str, str]:
+    """The `ludic` entry point in-process (what `python -m flows.cli` calls), without the
+    5 s of imports a fresh interpreter pays: for the commands that start nothing."""
+    from flows.cli import main
+
+    capsys.readouterr()
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 def test_model_tiny_builds_a_loadable_directory(tmp_path):
+    """The one subprocess run of a `ludic model` command: the real entry point."""
     res = _ludic("model", "tiny", "--out", str(tmp_path / "m"), home=tmp_path)
     assert res.returncode == 0, res.stderr
     assert (tmp_path / "m" / "config.json").exists() and (tmp_path / "m" / "model.safetensors").exists()
 
 
-def test_model_tiny_unknown_preset_is_a_clear_error(tmp_path):
-    res = _ludic("model", "tiny", "--out", str(tmp_path / "m"), "--preset", "huge", home=tmp_path)
-    assert res.returncode == 2 and "unknown tiny model preset 'huge'" in res.stderr
+def test_model_tiny_unknown_preset_is_a_clear_error(tmp_path, capsys):
+    code, _, err = _ludic_here("model", "tiny", "--out", str(tmp_path / "m"), "--preset", "huge", capsys=capsys)
+    assert code == 2 and "unknown tiny model preset 'huge'" in err
+    assert not (tmp_path / "m").exists()
 
 
 def test_run_rejects_a_config_with_a_typo_naming_the_field(tmp_path):
@@ -84,23 +97,28 @@ def test_run_refuses_a_total_steps_that_disagrees_with_steps(tmp_path):
 
 
 @pytest.mark.parametrize("flow", sorted(FLOWS))
-def test_run_example_parses_back_into_the_flow_config(tmp_path, flow):
+def test_run_example_parses_back_into_the_flow_config(flow, capsys):
     from flows.cli import load_flow
     from flows.examples import _examples
 
-    res = _ludic("run", flow, "--example", home=tmp_path, timeout=120)
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.startswith(f"# ludic run {flow} --config")
+    code, out, err = _ludic_here("run", flow, "--example", capsys=capsys)
+    assert code == 0, err
+    assert out.startswith(f"# ludic run {flow} --config")
     _, cfg_cls = load_flow(flow)
-    cfg = cfg_cls.model_validate(yaml.safe_load(res.stdout))
+    cfg = cfg_cls.model_validate(yaml.safe_load(out))
     assert cfg == _examples()[flow]
     # every field of the config model is written out, with its description as a comment,
     # marked `required:` where the field has no default (its value is an example)
     for name, field in cfg_cls.model_fields.items():
-        assert f"\n{name}:" in res.stdout, name
+        assert f"\n{name}:" in out, name
         note = "required: " if field.is_required() else ""
         if field.description or note:
-            assert f"# {note}{field.description or ''}".rstrip() + f"\n{name}:" in res.stdout, name
+            assert f"# {note}{field.description or ''}".rstrip() + f"\n{name}:" in out, name
+
+
+def test_run_example_through_the_real_entry_point(tmp_path):
+    res = _ludic("run", "sft", "--example", home=tmp_path, timeout=120)
+    assert res.returncode == 0 and res.stdout.startswith("# ludic run sft --config"), res.stderr
 
 
 @pytest.mark.parametrize("flow", sorted(FLOWS))

@@ -90,24 +90,52 @@ def test_every_route_needs_the_api_key_except_health(vllm_server):
     assert paused == {"is_paused": False}  # the refused /pause did nothing
 
 
-def test_killed_server_gives_a_clear_error(tiny_model_dir, tmp_path):
-    """Its own server: this one is SIGKILLed (the whole process group) mid-run."""
-    from ludic_core.inference.vllm_server import VLLMServerConfig, start_vllm_server
-    from ludic_core.publish.vllm import VLLMPolicyPublisher
+@pytest.mark.slow
+def test_a_server_whose_owner_dies_ends_and_clients_get_a_clear_error(tiny_model_dir, tmp_path):
+    """Its own server, started by a process that is then SIGKILLed (as a cancelled or
+    crashed flow run dies): the server and its engine processes go too, instead of holding
+    the port for ever, and a client or publisher still pointed at it gets a clear error."""
+    import socket
+    import subprocess
+    import sys
+    import time
 
-    server, key = start_vllm_server(tiny_model_dir, VLLMServerConfig(log_dir=str(tmp_path)))
+    from ludic_core.publish.vllm import VLLMPolicyPublisher
+    from tests.procs import group_members
+
+    owner = subprocess.Popen([sys.executable, "-c", (
+        "import time\n"
+        "from ludic_core.inference.vllm_server import VLLMServerConfig, start_vllm_server\n"
+        f"server, key = start_vllm_server({str(tiny_model_dir)!r}, VLLMServerConfig(log_dir={str(tmp_path)!r}))\n"
+        "print(server.pid, server.port, server.root_url, key, flush=True)\n"
+        "time.sleep(600)\n")], stdout=subprocess.PIPE, text=True)
     try:
-        client = VLLMChatClient(server.base_url, api_key=key, retry=RetryPolicy(max_retries=2, backoff_s=0.1))
+        line = owner.stdout.readline()
+        assert line, "the server did not start"
+        pid, port, root_url, key = line.split()
+        pid, port = int(pid), int(port)
+        assert group_members(pid)
+        client = VLLMChatClient(f"{root_url}/v1", api_key=key, retry=RetryPolicy(max_retries=2, backoff_s=0.1))
         resp, _ = asyncio.run(client.complete(_req("alive", max_tokens=4, seed=0)))
         assert len(resp.completion_token_ids) == 4
-        os.killpg(server.pid, signal.SIGKILL)
-        server.process.wait(timeout=10)
-        with pytest.raises(InferenceServerError, match=rf"{server.root_url}/\S+ is unreachable after 3 attempt"):
-            asyncio.run(client.complete(_req("dead", max_tokens=4, seed=0)))
-        publisher = VLLMPolicyPublisher(server.root_url, api_key=key)
-        publisher.control.retry = RetryPolicy(max_retries=1, backoff_s=0.1)
-        with pytest.raises(InferenceServerError, match="unreachable"):
-            publisher.publish({}, version=1)
+        owner.send_signal(signal.SIGKILL)
+        owner.wait()
+        deadline = time.monotonic() + 60
+        while group_members(pid):
+            assert time.monotonic() < deadline, f"vLLM processes {group_members(pid)} outlived their owner"
+            time.sleep(0.5)
     finally:
-        server.stop()
-    assert not server.alive()
+        owner.kill()
+        owner.wait()
+    with socket.socket() as s:  # the port is free again: nothing listens on it (TIME_WAIT
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # from health checks may remain)
+        s.bind(("127.0.0.1", port))
+    with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), timeout=5):
+        pass
+    assert not os.path.exists(f"/proc/{pid}") or b"Z" in open(f"/proc/{pid}/stat", "rb").read().split(b")")[-1][:3]
+    with pytest.raises(InferenceServerError, match=rf"{root_url}/\S+ is unreachable after 3 attempt"):
+        asyncio.run(client.complete(_req("dead", max_tokens=4, seed=0)))
+    publisher = VLLMPolicyPublisher(root_url, api_key=key)
+    publisher.control.retry = RetryPolicy(max_retries=1, backoff_s=0.1)
+    with pytest.raises(InferenceServerError, match="unreachable"):
+        publisher.publish({}, version=1)

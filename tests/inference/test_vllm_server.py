@@ -13,7 +13,6 @@ from pydantic import ValidationError
 
 from ludic_core.inference.vllm_plugin import PLUGIN_DIR
 from ludic_core.inference.vllm_server import VLLMServerConfig, build_command, pid_alive, stop_server_pid
-from tests.procs import group_members as _group_members
 
 
 def _flag(cmd: list[str], name: str) -> str:
@@ -141,40 +140,6 @@ def test_a_reused_pid_is_never_signalled():
     finally:
         other.kill()
         other.wait()
-
-
-@pytest.mark.vllm
-@pytest.mark.slow
-def test_the_server_ends_with_the_process_that_started_it(tiny_model_dir, tmp_path):
-    """SIGKILL the process that started a real vLLM CPU server (as a cancelled
-    or crashed flow run dies): the server and its engine processes go too,
-    instead of holding the port for ever."""
-    import os
-    import signal
-    import socket
-
-    owner = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time\n"
-        "from ludic_core.inference.vllm_server import VLLMServerConfig, start_vllm_server\n"
-        f"server, _ = start_vllm_server({str(tiny_model_dir)!r}, VLLMServerConfig(log_dir={str(tmp_path)!r}))\n"
-        "print(server.pid, server.port, flush=True)\n"
-        "time.sleep(600)\n")], stdout=subprocess.PIPE, text=True)
-    line = owner.stdout.readline()
-    assert line, "the server did not start"
-    pid, port = map(int, line.split())
-    assert pid_alive(pid) and _group_members(pid)
-    owner.send_signal(signal.SIGKILL)
-    owner.wait()
-    deadline = time.monotonic() + 60
-    while _group_members(pid):
-        assert time.monotonic() < deadline, f"vLLM processes {_group_members(pid)} outlived their owner"
-        time.sleep(0.5)
-    with socket.socket() as s:  # the port is free again: nothing listens on it (TIME_WAIT
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # from health checks may remain)
-        s.bind(("127.0.0.1", port))
-    with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), timeout=5):
-        pass
-    assert not os.path.exists(f"/proc/{pid}") or b"Z" in open(f"/proc/{pid}/stat", "rb").read().split(b")")[-1][:3]
 
 
 @pytest.mark.parametrize(("rank", "served"), [(1, 1), (2, 8), (8, 8), (9, 16), (16, 16), (33, 64), (300, 320),

@@ -154,6 +154,9 @@ GENERIC_METRICS = {"episodes", "mean_return", "success_rate", "pass@1", "parse_e
 
 
 def test_evaluate_deployment_runs_on_the_worker(client, deployed, tiny_model_dir):
+    """An evaluate run on the worker: its metrics table (generic and the env's own), and the
+    server really keeps its state where it was told: PostgreSQL's `flow_run` table (read
+    with psql), or SQLite's file under PREFECT_HOME."""
     from ludic_core.recipes.tic_tac_toe import AGENT, ENV
 
     cfg = {"policy": {"kind": "model", "model_path": str(tiny_model_dir)}, "env": ENV.model_dump(mode="json"),
@@ -166,6 +169,21 @@ def test_evaluate_deployment_runs_on_the_worker(client, deployed, tiny_model_dir
     for mark in ("X", "O"):
         assert {f"{mark}/legal_move_rate", f"{mark}/win_draw_rate"} <= set(metrics), sorted(metrics)
     assert all(isinstance(v, (int, float)) for v in metrics.values()), metrics
+    env = deployed[3]
+    url = env.get("PREFECT_API_DATABASE_CONNECTION_URL")
+    query = f"select state_type from flow_run where id = '{run.id}'"
+    if url:
+        host_port = url.split("@", 1)[1].split("/", 1)[0]
+        host, port = host_port.split(":")
+        out = subprocess.run(["psql", "-h", host, "-p", port, "-U", "postgres", "-d", "prefect", "-tAc", query],
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "COMPLETED"
+    else:
+        import sqlite3
+
+        with sqlite3.connect(Path(env["PREFECT_HOME"]) / "prefect.db") as db:
+            assert db.execute(query).fetchone() == ("COMPLETED",)
 
 
 _VALID = {"policy": {"kind": "model", "model_path": "x"}, "env": {"name": "tic_tac_toe"}}
@@ -378,31 +396,6 @@ def test_block_types_register_from_the_cli(client, deployed):
     assert f"Successfully registered {len(classes)} blocks" in out, out
     for cls in classes:
         assert client.read_block_type_by_slug(cls.get_block_type_slug()).name == cls.get_block_type_name()
-
-
-def test_runs_are_stored_in_the_configured_database(client, deployed, tiny_model_dir):
-    """The server really keeps its state where it was told: PostgreSQL's
-    `flow_run` table (read with psql), or SQLite's file under PREFECT_HOME."""
-    from ludic_core.recipes.tic_tac_toe import AGENT, ENV
-
-    cfg = {"policy": {"kind": "model", "model_path": str(tiny_model_dir)}, "env": ENV.model_dump(mode="json"),
-           "agent": AGENT.model_dump(mode="json"), "episodes": 2}
-    run, _ = _run_deployment(client, deployed, "evaluate", cfg, label="evaluate (stored)")
-    env = deployed[3]
-    url = env.get("PREFECT_API_DATABASE_CONNECTION_URL")
-    query = f"select state_type from flow_run where id = '{run.id}'"
-    if url:
-        host_port = url.split("@", 1)[1].split("/", 1)[0]
-        host, port = host_port.split(":")
-        out = subprocess.run(["psql", "-h", host, "-p", port, "-U", "postgres", "-d", "prefect", "-tAc", query],
-                             capture_output=True, text=True, timeout=30)
-        assert out.returncode == 0, out.stderr
-        assert out.stdout.strip() == "COMPLETED"
-    else:
-        import sqlite3
-
-        with sqlite3.connect(Path(env["PREFECT_HOME"]) / "prefect.db") as db:
-            assert db.execute(query).fetchone() == ("COMPLETED",)
 
 
 def test_the_api_refuses_clients_without_the_auth_string(deployed):

@@ -46,17 +46,23 @@ def test_served_teacher_gives_exact_ids(prefect_api, format_tuned_model_dir, tin
 
 @pytest.mark.vllm
 @pytest.mark.slow
-def test_a_running_server_named_by_an_endpoint_block(prefect_api, format_tuned_model_dir, tiny_model_dir, tmp_path):
+def test_a_running_server_named_by_an_endpoint_block(prefect_api, vllm_server, format_tuned_model_dir,
+                                                     tiny_model_and_tokenizer, tiny_model_dir, tmp_path):
+    """The session's server, serving the format-tuned weights for this test (same shapes,
+    pushed live): a teacher that plays in format, named only by a block."""
     from blocks import InferenceEndpoint
-    from ludic_core.inference.vllm_server import VLLMServerConfig, start_vllm_server
+    from ludic_core.models import load_model_and_tokenizer
+    from ludic_core.publish.vllm import VLLMPolicyPublisher
 
-    server, key = start_vllm_server(format_tuned_model_dir, VLLMServerConfig(log_dir=str(tmp_path / "logs")))
+    publisher = VLLMPolicyPublisher(vllm_server.root_url, api_key=vllm_server.api_key)
     try:
-        InferenceEndpoint(kind="vllm", base_url=server.base_url, model_path=server.model_name,
-                          api_key=key).save("teacher-server", overwrite=True)
+        publisher.publish(load_model_and_tokenizer(format_tuned_model_dir)[0].state_dict(), version=1)
+        InferenceEndpoint(kind="vllm", base_url=vllm_server.base_url, model_path=vllm_server.model,
+                          api_key=vllm_server.api_key).save("teacher-server", overwrite=True)
         blocked = _sample(VLLMPolicy(endpoint_block="teacher-server"), tiny_model_dir, tmp_path / "block")
-    finally:
-        server.stop()
+    finally:  # leave the session's server serving the original weights
+        publisher.publish(tiny_model_and_tokenizer[0].state_dict(), version=0)
+        publisher.close()
     # the served model's tokenizer is not at hand here, so the dataset holds messages only
     assert not blocked["token_ids"] and blocked["sampled"] == 12.0 and blocked["kept"] >= 1
 

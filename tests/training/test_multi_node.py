@@ -56,6 +56,7 @@ def _weights(model_dir):
     return model.state_dict()
 
 
+@pytest.mark.heavy  # ~35 s of two torchrun agents; make test-heavy (and .ci/run) runs it
 def test_two_loopback_nodes_train_what_one_node_with_two_ranks_trains(tiny_model_dir, teacher_dataset, tmp_path):
     nodes = NodeSettings(nnodes=2, rdzv_endpoint=f"127.0.0.1:{_free_port()}", rdzv_id="loopback",
                          join_timeout_s=120)

@@ -32,6 +32,7 @@ def _max_diff(a: dict, b: dict) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # ~45 s; tests/training/test_distributed.py keeps 2-rank FSDP parity and resume in make test
 def test_two_process_fsdp_matches_single_process_and_resumes_across_world_sizes(tiny_model_dir, tmp_path,
                                                                                  rank_device):
     # the single-process reference runs where the ranks do, so only the sharding differs
