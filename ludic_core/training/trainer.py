@@ -27,8 +27,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ludic_core.batching.collate import MicroBatch, collate_micro_batches, padding_waste
-from ludic_core.batching.packing import pack_micro_batches, unpack
+from ludic_core.batching.collate import MicroBatch, padding_waste
+from ludic_core.batching.packing import unpack
 from ludic_core.batching.saw import SAWBatch, SAWItem, is_stale
 from ludic_core.config import TrainerConfig
 from ludic_core.device import place_model, resolve_dtype
@@ -36,6 +36,7 @@ from ludic_core.losses import LossInputs, is_inert
 from ludic_core.training import distributed as dist_utils
 from ludic_core.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from ludic_core.training.lora import adapter_config, adapter_state_dict, apply_lora, is_lora, merged_state_dict
+from ludic_core.training.micro_batches import MicroBatcher, is_pad, to_device
 from ludic_core.training.schedules import lr_multiplier
 from ludic_core.training.scoring import PolicyScorer
 from ludic_core.training.step_metrics import StepMetrics
@@ -103,11 +104,17 @@ class Trainer:
                                            weight_decay=config.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_multiplier(
             config.schedule, warmup_steps=config.warmup_steps, total_steps=config.total_steps))
-        self.packing = config.packing  # switched off if the model does not honour packed rows
-        self._packing_checked = False
+        self.batcher = MicroBatcher(micro_token_budget=config.micro_token_budget, pad_id=self.pad_id,
+                                    packing=config.packing, scorer=self.scorer, ctx=self.ctx,
+                                    compute_dtype=self.compute_dtype)
         self.step = 0
         self.policy_version = 0
         self.history: list[dict[str, float]] = []
+
+    @property
+    def packing(self) -> bool:
+        """Whether this run trains on packed rows (False once the model failed the packing check)."""
+        return self.batcher.packing
 
     @staticmethod
     def _pad_id(model: Any, tokenizer: Any) -> int:
@@ -136,61 +143,6 @@ class Trainer:
         items = [i for i in items if len(i) <= self.cfg.max_seq_len]
         return items, stale
 
-    def _micro_batches(self, items: list[SAWItem]) -> list[MicroBatch]:
-        mine = dist_utils.shard_batch(items, self.ctx)
-        mbs = self._collate(mine) if mine else []
-        # FSDP ranks must run the same number of forward/backward passes.
-        target = _all_reduce_max(len(mbs), self.ctx)
-        while len(mbs) < target:
-            template = mbs[-1] if mbs else self._collate(items[:1])[0]
-            mbs.append(_zero_weight_copy(template))
-        if (self.packing and not self._packing_checked and mbs and mbs[0].packed is not None
-                and not self._packing_holds(mbs[0])):
-            return self._micro_batches(items)  # now padded
-        return mbs
-
-    def _collate(self, items: list[SAWItem]) -> list[MicroBatch]:
-        """Packed or padded micro-batches, whichever computes fewer positions (each
-        micro-batch counted with a forward's fixed cost): items too long to share rows
-        pack no better than length-sorted padding, and then padding is kept."""
-        budget = self.cfg.micro_token_budget
-        padded = collate_micro_batches(items, micro_token_budget=budget, pad_id=self.pad_id)
-        if not self.packing:
-            return padded
-        packed = pack_micro_batches(items, micro_token_budget=budget, pad_id=self.pad_id)
-        return packed if _positions(packed) < _positions(padded) else padded
-
-    def _packing_holds(self, mb: MicroBatch) -> bool:
-        """Once per run, on every rank: do the packed rows give each item the log-probs
-        of its own padded row? A model that ignores `position_ids` restarts (and so lets
-        items attend to each other) fails this, and the trainer pads from then on. The
-        check is conclusive once some rank has a row holding two or more items."""
-        rows = mb.packed
-        step = rows.input_ids.shape[1] - 1  # each row's share of the flattened index
-        row_of = (rows.index[:, 0] // step).tolist() if step > 0 else []
-        row = max(set(row_of), key=row_of.count) if row_of else 0  # the row holding the most items
-        members = [b for b, r in enumerate(row_of) if r == row]
-        fail, conclusive = 0.0, float(len(members) > 1)
-        if conclusive:
-            device = self.ctx.device
-            with torch.no_grad():
-                packed, _ = self.scorer(_to_device(rows.input_ids[row:row + 1], device), None, 0, None, False,
-                                        position_ids=_to_device(rows.position_ids[row:row + 1], device))
-                padded, _ = self.scorer(_to_device(mb.input_ids[members], device),
-                                        _to_device(mb.attention_mask[members], device), 0, None, False)
-            mask = _to_device(mb.attention_mask[members, 1:], device).bool()
-            diff = (unpack(packed, _to_device(rows.index[members] - row * step, device)) - padded).abs()[mask].max()
-            tolerance = 1e-3 if self.compute_dtype == torch.float32 else 5e-2
-            fail = float(diff > tolerance)
-            if fail:
-                log.warning("%s does not keep packed items apart (log-probs differ by %.3g); "
-                            "training on padded micro-batches", type(self.model).__name__, float(diff))
-        fails, conclusives = dist_utils.all_reduce_floats([fail, conclusive], "sum", self.ctx)
-        if fails:
-            self.packing = False
-        self._packing_checked = bool(fails or conclusives)
-        return not fails
-
     def _split_inert(self, items: list[SAWItem]) -> tuple[list[SAWItem], list[SAWItem]]:
         """(items to score, items skipped): under a loss inert at zero advantage an
         item of weight 0 adds exactly nothing, so it gets no forward or backward pass."""
@@ -203,7 +155,7 @@ class Trainer:
         and its share of the skipped items. The loss normalisers (`tokens`, `sequences`,
         `mean_weight`) count skipped items, so the gradient is the unskipped one;
         `scored_tokens` weighs the metrics of the micro-batches that ran."""
-        real = [mb for mb in mbs if not _is_pad(mb)]
+        real = [mb for mb in mbs if not is_pad(mb)]
         mine = [sum(mb.action_tokens for mb in real), float(sum(len(mb.meta) for mb in real)),
                 sum(float(mb.weights.sum()) for mb in real), float(len(skipped)),
                 float(sum(sum(i.action_mask[1:]) for i in skipped))]  # position 0 is never an action token
@@ -224,15 +176,15 @@ class Trainer:
             # actor log-probs are of softmax(logits / T): compare like with like
             # (top-p renormalisation is not replayed: keep top_p=1 for ratio losses)
             if bool((mb.temperatures != 1.0).any()):  # the micro-batch is on the host: no sync
-                temps = _to_device(mb.temperatures, device)
+                temps = to_device(mb.temperatures, device)
         loss_fn = self.algorithm.loss
         score = self._packed_scoring(mb, temps is not None) if mb.packed is not None else self._padded_scoring(mb, temps)
         logprobs, entropy = score(self.scorer, start, loss_fn.needs_entropy)
         inputs = LossInputs(
             logprobs=logprobs,
-            old_logprobs=_to_device(mb.actor_logprobs[:, start + 1:], device),
-            mask=_to_device(mb.action_mask[:, start + 1:], device),
-            advantages=_to_device(mb.weights, device),
+            old_logprobs=to_device(mb.actor_logprobs[:, start + 1:], device),
+            mask=to_device(mb.action_mask[:, start + 1:], device),
+            advantages=to_device(mb.weights, device),
             num_tokens=totals["tokens"],
             num_sequences=totals["sequences"],
             entropy=entropy,
@@ -245,16 +197,16 @@ class Trainer:
         return out.loss, out.metrics
 
     def _padded_scoring(self, mb: MicroBatch, temps: torch.Tensor | None) -> Callable:
-        ids, attention = _to_device(mb.input_ids, self.ctx.device), _to_device(mb.attention_mask, self.ctx.device)
+        ids, attention = to_device(mb.input_ids, self.ctx.device), to_device(mb.attention_mask, self.ctx.device)
         return lambda scorer, start, need_entropy: scorer(ids, attention, start, temps, need_entropy)
 
     def _packed_scoring(self, mb: MicroBatch, tempered: bool) -> Callable:
         """Score the packed rows whole, then lay each item's values out in its own row
         (the layout of the action mask and actor log-probs) and drop what precedes `start`."""
         device, rows = self.ctx.device, mb.packed
-        ids, pos = _to_device(rows.input_ids, device), _to_device(rows.position_ids, device)
-        index = _to_device(rows.index, device)
-        temps = _to_device(rows.temperatures, device) if tempered else None
+        ids, pos = to_device(rows.input_ids, device), to_device(rows.position_ids, device)
+        index = to_device(rows.index, device)
+        temps = to_device(rows.temperatures, device) if tempered else None
 
         def score(scorer, start, need_entropy):
             logprobs, entropy = scorer(ids, None, 0, temps, need_entropy, position_ids=pos)
@@ -276,7 +228,7 @@ class Trainer:
     def _train_on(self, batch: SAWBatch, t0: float) -> dict[str, float]:
         items, stale = self._filter(batch)
         scored, skipped = self._split_inert(items)
-        mbs = self._micro_batches(scored)
+        mbs = self.batcher.split(scored)
         totals = self._totals(mbs, dist_utils.shard_batch(skipped, self.ctx))
         step_metrics = StepMetrics()
         for i, mb in enumerate(mbs):
@@ -416,24 +368,10 @@ class Trainer:
             lg.close()
 
 
-def _all_reduce_max(n: int, ctx: dist_utils.DistContext) -> int:
-    if not ctx.is_distributed:
-        return n
-    import torch.distributed as dist
-
-    t = torch.tensor([n], dtype=torch.long, device=ctx.device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return int(t.item())
 
 
-def _positions(mbs: list[MicroBatch], per_forward: int = 256) -> int:
-    """What a list of micro-batches costs: positions computed, plus a forward's fixed
-    cost (the token equivalent `collate_micro_batches` cuts by)."""
-    return sum(mb.padded_tokens + per_forward for mb in mbs)
 
 
-def _is_pad(mb: MicroBatch) -> bool:
-    return bool(mb.meta) and bool(mb.meta[0].get("_pad"))
 
 
 def _frozen_copy(model: Any) -> Any:
@@ -442,18 +380,3 @@ def _frozen_copy(model: Any) -> Any:
     ref.eval()
     ref.requires_grad_(False)
     return ref
-
-
-def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """`t` on `device` without the host waiting: a plain copy from pageable host memory
-    first waits for everything queued on the GPU (the last micro-batch's backward)."""
-    if device.type != "cuda":
-        return t.to(device)
-    return t.pin_memory().to(device, non_blocking=True)
-
-
-def _zero_weight_copy(mb: MicroBatch) -> MicroBatch:
-    """A micro-batch that contributes nothing (keeps FSDP ranks in lock-step)."""
-    return MicroBatch(mb.input_ids, mb.attention_mask, torch.zeros_like(mb.action_mask),
-                      mb.actor_logprobs, torch.zeros_like(mb.weights), [{"_pad": True}],
-                      mb.temperatures, mb.packed)

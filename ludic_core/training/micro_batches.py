@@ -1,0 +1,129 @@
+"""`MicroBatcher`: one step's items -> this rank's micro-batches, packed or padded.
+
+A layout decision, kept out of the optimisation loop (`Trainer`): packed rows
+(document-masked through `position_ids`) or length-sorted padding, whichever
+computes fewer positions; a once-per-run check that the model really keeps
+packed items apart (else padding from then on); and every FSDP rank running the
+same number of forward/backward passes (padded out with zero-weight copies).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+from ludic_core.batching.collate import MicroBatch, collate_micro_batches
+from ludic_core.batching.packing import pack_micro_batches, unpack
+from ludic_core.batching.saw import SAWItem
+from ludic_core.training import distributed as dist_utils
+
+__all__ = ["MicroBatcher", "is_pad", "to_device"]
+
+log = logging.getLogger(__name__)
+
+
+class MicroBatcher:
+    """Splits a step's items into micro-batches of at most `micro_token_budget` tokens.
+
+    `scorer` (the trainer's `PolicyScorer`) is used once, by the packing check.
+    """
+
+    def __init__(self, *, micro_token_budget: int, pad_id: int, packing: bool, scorer: Any,
+                 ctx: dist_utils.DistContext, compute_dtype: torch.dtype) -> None:
+        self.budget, self.pad_id = micro_token_budget, pad_id
+        self.packing = packing  # switched off if the model does not honour packed rows
+        self.scorer, self.ctx, self.compute_dtype = scorer, ctx, compute_dtype
+        self._packing_checked = False
+
+    def split(self, items: list[SAWItem]) -> list[MicroBatch]:
+        """This rank's share of `items`, as micro-batches (the same number on every rank)."""
+        mine = dist_utils.shard_batch(items, self.ctx)
+        mbs = self._collate(mine) if mine else []
+        # FSDP ranks must run the same number of forward/backward passes.
+        target = _all_reduce_max(len(mbs), self.ctx)
+        while len(mbs) < target:
+            template = mbs[-1] if mbs else self._collate(items[:1])[0]
+            mbs.append(_zero_weight_copy(template))
+        if (self.packing and not self._packing_checked and mbs and mbs[0].packed is not None
+                and not self._packing_holds(mbs[0])):
+            return self.split(items)  # now padded
+        return mbs
+
+    def _collate(self, items: list[SAWItem]) -> list[MicroBatch]:
+        """Packed or padded micro-batches, whichever computes fewer positions (each
+        micro-batch counted with a forward's fixed cost): items too long to share rows
+        pack no better than length-sorted padding, and then padding is kept."""
+        padded = collate_micro_batches(items, micro_token_budget=self.budget, pad_id=self.pad_id)
+        if not self.packing:
+            return padded
+        packed = pack_micro_batches(items, micro_token_budget=self.budget, pad_id=self.pad_id)
+        return packed if _positions(packed) < _positions(padded) else padded
+
+    def _packing_holds(self, mb: MicroBatch) -> bool:
+        """Once per run, on every rank: do the packed rows give each item the log-probs
+        of its own padded row? A model that ignores `position_ids` restarts (and so lets
+        items attend to each other) fails this, and the trainer pads from then on. The
+        check is conclusive once some rank has a row holding two or more items."""
+        rows = mb.packed
+        step = rows.input_ids.shape[1] - 1  # each row's share of the flattened index
+        row_of = (rows.index[:, 0] // step).tolist() if step > 0 else []
+        row = max(set(row_of), key=row_of.count) if row_of else 0  # the row holding the most items
+        members = [b for b, r in enumerate(row_of) if r == row]
+        fail, conclusive = 0.0, float(len(members) > 1)
+        if conclusive:
+            device = self.ctx.device
+            with torch.no_grad():
+                packed, _ = self.scorer(to_device(rows.input_ids[row:row + 1], device), None, 0, None, False,
+                                        position_ids=to_device(rows.position_ids[row:row + 1], device))
+                padded, _ = self.scorer(to_device(mb.input_ids[members], device),
+                                        to_device(mb.attention_mask[members], device), 0, None, False)
+            mask = to_device(mb.attention_mask[members, 1:], device).bool()
+            diff = (unpack(packed, to_device(rows.index[members] - row * step, device)) - padded).abs()[mask].max()
+            tolerance = 1e-3 if self.compute_dtype == torch.float32 else 5e-2
+            fail = float(diff > tolerance)
+            if fail:
+                log.warning("%s does not keep packed items apart (log-probs differ by %.3g); "
+                            "training on padded micro-batches", type(self.scorer.model).__name__, float(diff))
+        fails, conclusives = dist_utils.all_reduce_floats([fail, conclusive], "sum", self.ctx)
+        if fails:
+            self.packing = False
+        self._packing_checked = bool(fails or conclusives)
+        return not fails
+
+
+def is_pad(mb: MicroBatch) -> bool:
+    """A zero-weight copy that only keeps FSDP ranks in lock-step (not real data)."""
+    return bool(mb.meta) and bool(mb.meta[0].get("_pad"))
+
+
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """`t` on `device` without the host waiting: a plain copy from pageable host memory
+    first waits for everything queued on the GPU (the last micro-batch's backward)."""
+    if device.type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
+
+
+def _all_reduce_max(n: int, ctx: dist_utils.DistContext) -> int:
+    if not ctx.is_distributed:
+        return n
+    import torch.distributed as dist
+
+    t = torch.tensor([n], dtype=torch.long, device=ctx.device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
+
+
+def _positions(mbs: list[MicroBatch], per_forward: int = 256) -> int:
+    """What a list of micro-batches costs: positions computed, plus a forward's fixed
+    cost (the token equivalent `collate_micro_batches` cuts by)."""
+    return sum(mb.padded_tokens + per_forward for mb in mbs)
+
+
+def _zero_weight_copy(mb: MicroBatch) -> MicroBatch:
+    """A micro-batch that contributes nothing (keeps FSDP ranks in lock-step)."""
+    return MicroBatch(mb.input_ids, mb.attention_mask, torch.zeros_like(mb.action_mask),
+                      mb.actor_logprobs, torch.zeros_like(mb.weights), [{"_pad": True}],
+                      mb.temperatures, mb.packed)
