@@ -215,12 +215,17 @@ def with_attention(model, implementation: str, step: Callable[[], object]) -> Ca
 def PackedTrainer(*args, **kwargs):
     """A Trainer that packs every micro-batch, even where padding computes fewer positions."""
     from ludic_core.batching.packing import pack_micro_batches
+    from ludic_core.training.micro_batches import MicroBatcher
     from ludic_core.training.trainer import Trainer
 
-    class Packed(Trainer):
+    class AlwaysPacked(MicroBatcher):
         def _collate(self, items):
-            return pack_micro_batches(items, micro_token_budget=self.cfg.micro_token_budget, pad_id=self.pad_id)
-    return Packed(*args, **kwargs)
+            return pack_micro_batches(items, micro_token_budget=self.budget, pad_id=self.pad_id)
+    trainer = Trainer(*args, **kwargs)
+    b = trainer.batcher
+    trainer.batcher = AlwaysPacked(micro_token_budget=b.budget, pad_id=b.pad_id, packing=b.packing, scorer=b.scorer,
+                                   ctx=b.ctx, compute_dtype=b.compute_dtype)
+    return trainer
 
 
 def _positions_of(mbs) -> int:
@@ -277,7 +282,7 @@ def section_trainer(args, s: Sizes, device: torch.device) -> None:
             line += f"   peak memory: {peak[name] / peak[base]:.2f}x"
         print(line)
     if attn != "none":
-        rows = packed._collate(items)
+        rows = packed.batcher._collate(items)
         print(f"packed contestant: {len(rows)} micro-batches of {[tuple(mb.packed.input_ids.shape) for mb in rows]}, "
               f"{_positions_of(rows)} positions vs {_positions_of(mbs)} padded (the Trainer's own choice is the "
               f"fewer); packing kept after its check: {packed.packing}")
