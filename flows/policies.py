@@ -58,8 +58,11 @@ def endpoint_from_block(name: str) -> dict[str, Any]:
 
 
 @contextmanager
-def served(policy: Any) -> Iterator[tuple[dict[str, Any] | None, SecretStr | None]]:
-    """(endpoint without its key, key) for a vllm policy while the block runs; (None, None) otherwise."""
+def served(policy: Any, *, load_adapter: bool = True) -> Iterator[tuple[dict[str, Any] | None, SecretStr | None]]:
+    """(endpoint without its key, key) for a vllm policy while the block runs; (None, None) otherwise.
+
+    load_adapter False: a server the flow starts is sized for `policy.adapter` (its LoRA
+    rank), but requests go to the base and the caller loads adapters itself."""
     from tasks.inference import start_server, stop_server, watch_server
 
     if getattr(policy, "kind", None) != "vllm":
@@ -68,14 +71,15 @@ def served(policy: Any) -> Iterator[tuple[dict[str, Any] | None, SecretStr | Non
     if policy.endpoint_block:
         endpoint = endpoint_from_block(policy.endpoint_block)
         key = endpoint.pop("api_key")
-        with served_adapter(endpoint["base_url"].removesuffix("/v1"), key, policy.adapter) as adapter:
+        with served_adapter(endpoint["base_url"].removesuffix("/v1"), key,
+                            policy.adapter if load_adapter else None) as adapter:
             yield {**endpoint, "model": adapter or endpoint["model"]}, SecretStr(key) if key else None
         return
     key = SecretStr(secrets.token_urlsafe(24))
     server = start_server(policy.model_path, server_for_adapter(policy.server, policy.adapter), key)
     try:
         with watch_server(server), served_adapter(server["root_url"], key.get_secret_value(),
-                                                  policy.adapter) as adapter:
+                                                  policy.adapter if load_adapter else None) as adapter:
             yield {"base_url": server["base_url"], "model": adapter or server["model"],
                    "tokenizer_path": policy.model_path}, key
     finally:

@@ -14,12 +14,13 @@ import hashlib
 import json
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from ludic_core.config import AdapterPublishing, LoRAConfig
 from ludic_core.inference.vllm_server import VLLMServerConfig
 
-__all__ = ["adapter_label", "adapter_rank", "served_adapter", "server_for_adapter", "server_for_run"]
+__all__ = ["adapter_label", "adapter_rank", "served_adapter", "server_for_adapter", "server_for_run",
+           "widest_adapter"]
 
 
 def server_for_run(server: VLLMServerConfig, lora: LoRAConfig | None,
@@ -64,6 +65,15 @@ def server_for_adapter(server: VLLMServerConfig, adapter: str | None) -> VLLMSer
                                 "adapter_model.safetensors): a server the flow starts serves adapters given as "
                                 "directories (a name only names one a running server already serves)")
     return VLLMServerConfig.model_validate({**server.model_dump(), "max_lora_rank": adapter_rank(adapter)})
+
+
+def widest_adapter(adapters: Sequence[str]) -> str | None:
+    """The adapter directory of the largest rank among `adapters` (names of served adapters
+    are skipped): a server started for all of them is sized for this one. None if no directory."""
+    from ludic_core.models.adapter_dir import is_adapter_dir  # torch: only when adapters are served
+
+    dirs = [a for a in adapters if is_adapter_dir(a)]
+    return max(dirs, key=adapter_rank) if dirs else None
 
 
 @contextmanager
