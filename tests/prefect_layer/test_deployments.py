@@ -207,6 +207,7 @@ def test_invalid_parameters_rejected_at_trigger_time(client, cfg, field):
     assert field in detail, detail
 
 
+@pytest.mark.heavy  # three CLI runs against the worker (~50 s): make test-heavy (and .ci/run) runs it
 def test_a_failed_runs_reason_reaches_the_cli_that_watched_it(deployed, tmp_path):
     """A run that fails on the worker (here: a fresh clone's missing tiny model) tells
     the person who triggered it why, and how to fix it: `ludic run FLOW --deployment`

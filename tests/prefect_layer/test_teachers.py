@@ -32,6 +32,7 @@ def _sft_steps(student: Path, dataset: str, out: Path) -> list[float]:
 
 @pytest.mark.vllm
 @pytest.mark.slow
+@pytest.mark.heavy  # the flow starts its own vLLM server (~40 s): make test-heavy (and .ci/run) runs it
 def test_served_teacher_gives_exact_ids(prefect_api, format_tuned_model_dir, tiny_model_dir, tmp_path):
     from datasets import load_from_disk
 

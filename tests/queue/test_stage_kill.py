@@ -48,7 +48,7 @@ def kill_tree(pid: int) -> None:
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
 
 
-@pytest.mark.parametrize("ranks", [1, 2])
+@pytest.mark.parametrize("ranks", [1, pytest.param(2, marks=pytest.mark.heavy)])  # 2 ranks: ~30 s, heavy
 def test_kill_9_mid_stage_loses_nothing_and_trains_nothing_twice(ranks, redis_server, client, tiny_model_dir,
                                                                  tiny_model_and_tokenizer, sft_items, tmp_path):
     """One process, and two torchrun ranks (rank 0 reads the stream and
