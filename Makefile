@@ -28,11 +28,13 @@ $(VLLM_STAMP): $(STAMP) ludic_core/inference/vllm_setup.py
 vllm: $(VLLM_STAMP)
 
 # TEST_WORKERS pytest-xdist workers (one per core here): most tests wait on servers and
-# subprocesses, so two run side by side; --dist loadgroup keeps the `vllm` tests on one worker
-# (one shared vLLM server). One OpenMP thread per worker: two teams on two cores fight.
+# subprocesses, so two run side by side. --dist loadgroup keeps the tests of one expensive
+# fixture on one worker (tests/conftest.py: the shared vLLM server, module-scoped stacks), and
+# --no-loadscope-reorder hands work out in the order conftest.py puts first (the longest groups).
+# One OpenMP thread per worker: two teams on two cores fight.
 # --durations: the slowest tests in every CI log, to keep the default suite under 10 minutes.
 TEST_WORKERS ?= 2
-PYTEST := OMP_NUM_THREADS=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
+PYTEST := OMP_NUM_THREADS=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 test: $(STAMP) $(VLLM_STAMP)
 	$(PYTEST) --durations=15
 

@@ -41,6 +41,10 @@ def pytest_collection_modifyitems(config, items):
         group = _xdist_group(item)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
+    # Workers take work in collection order (the Makefile turns xdist's reordering by group size
+    # off): the longest groups (the vLLM server's, marker `first`) go out first, so the suite
+    # does not end with one of them running alone on one core.
+    items.sort(key=lambda item: not (item.get_closest_marker("first") or _xdist_group(item) == "vllm_server"))
     if cuda_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (marker gpu)")

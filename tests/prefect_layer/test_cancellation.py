@@ -25,7 +25,7 @@ import pytest
 from tests.procs import with_environ
 from tests.prefect_layer.stack import PREFECT, _free_port, _run, _start, _stop, _tail, base_env, start_server
 
-pytestmark = [pytest.mark.slow, pytest.mark.heavy, pytest.mark.vllm]
+pytestmark = [pytest.mark.slow, pytest.mark.heavy, pytest.mark.vllm, pytest.mark.first]  # ~9 min of the heavy run
 
 POOL = "ludic-cancel"
 HEARTBEAT_S = 30  # Prefect's minimum

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.first]  # one module-scoped stack: 2-7 min
 
 from tests.prefect_layer.stack import PREFECT, ROOT, _free_port, _run, _start, _stop, _tail, base_env, start_server
 
