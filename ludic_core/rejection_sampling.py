@@ -32,5 +32,20 @@ def rejection_sample(client: Any, env: EnvConfig, agent: AgentConfig, *, seeds: 
     rollouts = asyncio.run(engine.generate_rollouts(episode_requests(env, agent, list(seeds)),
                                                     max_steps=agent.max_turns, strategy=strategy))
     kept, stats = keep_episodes(rollouts, keep)
+    if not kept:
+        raise ValueError(_why_nothing_kept(rollouts, keep, stats, agent))
     path = save_dataset(rollouts_to_dataset(kept, tokenizer=fingerprint), out / "dataset")
     return {"dataset_path": str(path), "rollouts_path": str(jsonl), "token_ids": fingerprint is not None, **stats}
+
+
+def _why_nothing_kept(rollouts: Sequence[Any], keep: KeepRule, stats: dict[str, float], agent: AgentConfig) -> str:
+    """What the sampled episodes looked like, and the likeliest cause: a teacher answering in a
+    format the agent's parser does not read (refused, or passed on whole) scores nothing."""
+    steps = [s for r in rollouts if not r.failed for s in r.steps]
+    parse_errors = sum(bool(s.info.get("parse_error")) for s in steps) / max(len(steps), 1)
+    return (f"rejection sampling kept nothing: {stats['sampled']:.0f} episodes sampled, {stats['failed']:.0f} "
+            f"failed, mean return {stats['mean_return']:.3g}, keep rule {keep.model_dump()}; the agent's parser "
+            f"({agent.parser.name}) refused {parse_errors:.0%} of the replies. A teacher that scores nothing "
+            "usually answers in a format the agent's parser does not read (a recipe's agent, e.g. "
+            "ludic_core.recipes.arithmetic.RECIPE.agent, pairs with its teacher); else loosen the keep rule or "
+            "sample more episodes")

@@ -80,3 +80,22 @@ def test_fingerprint_sees_vocabulary_and_template_not_the_pad_token():
     templated = build_byte_tokenizer()
     templated.chat_template = "{{ messages[0]['content'] }}"
     assert len({base, tokenizer_fingerprint(bigger), tokenizer_fingerprint(templated)}) == 3
+
+
+def test_a_parser_that_refuses_the_teachers_answers_is_named_when_nothing_is_kept(tiny_model_and_tokenizer, tmp_path):
+    """The trap of `--example`'s values alone: the arithmetic oracle with the default agent
+    (identity parser) scores nothing; the error says what was sampled and why."""
+    from ludic_core.compose.configs import AgentConfig
+    from ludic_core.compose.policy import ScriptedPolicy, scripted_client
+    from ludic_core.recipes.arithmetic import RECIPE
+    from ludic_core.rejection_sampling import rejection_sample
+
+    _, tok = tiny_model_and_tokenizer
+    client, fp = scripted_client(ScriptedPolicy(policy=RECIPE.teacher, kwargs=RECIPE.teacher_kwargs), tok)
+    run = dict(seeds=range(6), samples=1, keep=KeepRule(min_return=1.0), out_dir=tmp_path / "rs", fingerprint=fp)
+    with pytest.raises(ValueError, match=r"kept nothing: 6 episodes sampled, 0 failed, mean return 0, .*the "
+                                         r"agent's parser \(identity\) refused 0% .*format the agent's parser"):
+        rejection_sample(client, RECIPE.env, AgentConfig(), **run)
+    assert not (tmp_path / "rs" / "dataset").exists()
+    done = rejection_sample(client, RECIPE.env, RECIPE.agent, **run)  # the recipe's agent reads its teacher
+    assert done["kept"] == 6
