@@ -37,6 +37,10 @@ def test_pipeline_rl_counts_add_up(prefect_api, format_tuned_model_dir, tmp_path
 
 
 @pytest.mark.heavy
+# A fresh-clone CI run (2026-11-27, cffc44c) hung here for 30+ minutes (step 1 had every item skipped; the
+# stage was retried after ~10 min); alone it passes in 30-150 s. Until the cause is found, a hang fails the
+# test instead of holding CI.
+@pytest.mark.timeout(900)
 def test_pipeline_rl_with_two_rank_torchrun_stages(prefect_api, format_tuned_model_dir, tmp_path):
     """Each stage trains on 2 torchrun ranks: rank 0 reads the stream and
     broadcasts each batch; every item lands in exactly one checkpoint."""
