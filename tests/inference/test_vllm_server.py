@@ -112,6 +112,10 @@ def test_a_busy_server_is_not_declared_dead_after_one_slow_probe():
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
         busy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)  # vllm stand-in"])
+        deadline = time.monotonic() + 30  # until the child has exec'd, /proc shows the parent's command line
+        while b"vllm stand-in" not in open(f"/proc/{busy.pid}/cmdline", "rb").read():
+            assert time.monotonic() < deadline, "the stand-in never started"
+            time.sleep(0.01)
         live = VLLMServer(busy.pid, "127.0.0.1", srv.server_address[1], "log", "policy", "cpu")
         assert not live.healthy(timeout_s=0.3)  # one short probe would have called it dead
         assert live.responsive(tries=3, timeout_s=2.0, pause_s=0.05)  # generous: CI hosts run loaded
