@@ -65,26 +65,34 @@ def test_pipeline_rl_with_two_rank_torchrun_stages(prefect_api, format_tuned_mod
 
 @pytest.mark.vllm
 @pytest.mark.heavy  # 33 s; .ci/run runs it (make test-heavy)
-def test_pipeline_rl_with_vllm_actors(prefect_api, format_tuned_model_dir, tmp_path):
-    """The actors roll out through the vLLM CPU server; every stage step pushes
-    its weights into it, and items carry the server's weight version."""
+def test_pipeline_rl_with_vllm_actors_and_lora_adapters(prefect_api, format_tuned_model_dir, tmp_path):
+    """The actors roll out through the vLLM CPU server; every stage step of a LoRA
+    run loads its adapter into it by name (no weight push), and items carry the
+    adapter's version, which is what max_lag reads."""
     from flows.pipeline_rl import PipelineRLConfig, pipeline_rl
     from flows.vllm_inference import VLLMSettings
-    from ludic_core.config import GRPOConfig, TrainerConfig
+    from ludic_core.config import GRPOConfig, LoRAConfig, TrainerConfig
     from ludic_core.inference.vllm_server import VLLMServerConfig
+    from ludic_core.publish.vllm_adapters import read_published
     from ludic_core.recipes.tic_tac_toe import RECIPE
 
+    run = tmp_path / "run"
     cfg = PipelineRLConfig(
-        model_path=str(format_tuned_model_dir), out_dir=str(tmp_path / "run"), env=RECIPE.env, agent=RECIPE.agent,
+        model_path=str(format_tuned_model_dir), out_dir=str(run), env=RECIPE.env, agent=RECIPE.agent,
         algorithm=GRPOConfig(group_size=2), requests_per_round=4, actors=2, steps=4, steps_per_stage=2,
-        items_per_step=12, max_lag=2, trainer=TrainerConfig(lr=1e-4, max_seq_len=512), eval_episodes=0,
-        inference="vllm", vllm=VLLMSettings(server=VLLMServerConfig(log_dir=str(tmp_path / "vllm"))))
+        items_per_step=12, max_lag=2, trainer=TrainerConfig(lr=1e-4, max_seq_len=512, lora=LoRAConfig(r=4)),
+        eval_episodes=0, inference="vllm", vllm=VLLMSettings(server=VLLMServerConfig(log_dir=str(tmp_path / "vllm"))))
     out = pipeline_rl(cfg)
     assert out["steps"] == 4 and out["items_trained"] == 48 and out["dead_lettered"] == 0
     assert out["items_produced"] == out["items_trained"] + out["stale_dropped"] + out["left_in_stream"]
     lags = {int(k): v for k, v in json.loads(out["lag_histogram"]).items()}
     assert sum(lags.values()) == 48 and max(lags) <= 2
-    assert not (tmp_path / "run" / "policy").exists()  # weights went to the server, not to a directory
+    assert not (run / "policy").exists()  # adapters went to the server, not to a policy directory
+    (log,) = (tmp_path / "vllm").glob("server-*.log")
+    text = log.read_text()
+    assert "Loaded new LoRA adapter: name 'policy-v4'" in text and "POST /update_weights" not in text
+    assert [r["name"] for r in read_published(run / "adapters")][-1] == "policy-v4"
+    assert out["model_path"].endswith("step_00000004/model")
 
 
 def test_trainer_and_actor_as_separate_flows(prefect_api, format_tuned_model_dir, tmp_path):

@@ -1,5 +1,6 @@
 """rl_train with rollouts on a real vLLM server: the server is SIGKILLed
-mid-run, the flow restarts it and retries the stage from the last checkpoint."""
+mid-run (full fine-tune, LoRA), the flow restarts it and retries the stage
+from the last checkpoint."""
 
 from __future__ import annotations
 
@@ -123,22 +124,55 @@ def test_refused_pushes_fail_at_once_transient_failures_are_retried(prefect_api,
 @pytest.mark.vllm
 @pytest.mark.slow
 @pytest.mark.heavy  # starts its own server; .ci/run runs it (make test-heavy)
-def test_a_lora_run_starts_a_lora_server_and_publishes_adapters(prefect_api, format_tuned_model_dir, tmp_path):
+def test_a_lora_run_hot_swaps_adapters_and_a_killed_server_gets_the_resumed_one(prefect_api, format_tuned_model_dir,
+                                                                                 tmp_path):
+    """A LoRA rl_train run starts a LoRA server and loads each step's adapter into it by
+    name (no weight push). Its server is SIGKILLed once step 2 is checkpointed: the flow
+    starts a new one, the stage resumes from its checkpoint and loads that checkpoint's
+    adapter first, so (max_lag=0) every later item still comes from the trainer's version."""
     from ludic_core.config import LoRAConfig
     from ludic_core.publish.vllm_adapters import read_published
 
+    model_dir = Path(format_tuned_model_dir)
+    killed: list[int] = []
+
+    def killer() -> None:
+        deadline = time.time() + 600
+        while time.time() < deadline and not killed:
+            if (tmp_path / "checkpoints" / "step_00000002").is_dir():
+                for pid in _servers_of(model_dir):
+                    os.killpg(pid, signal.SIGKILL)
+                    killed.append(pid)
+            time.sleep(0.05)
+
     cfg = RLTrainConfig(
-        model_path=str(format_tuned_model_dir), out_dir=str(tmp_path), inference="vllm",
+        model_path=str(model_dir), out_dir=str(tmp_path), inference="vllm",
         vllm=VLLMSettings(server=VLLMServerConfig(log_dir=str(tmp_path / "vllm"))),
-        env=ENV, agent=AGENT, algorithm=GRPOConfig(group_size=2), requests_per_step=2, steps=2, steps_per_stage=2,
-        eval_episodes=0, trainer=TrainerConfig(lr=1e-3, max_seq_len=512, lora=LoRAConfig(r=4), max_lag=0))
+        env=ENV, agent=AGENT, algorithm=GRPOConfig(group_size=2), requests_per_step=2, steps=4, steps_per_stage=4,
+        eval_episodes=0,
+        trainer=TrainerConfig(lr=1e-3, max_seq_len=512, lora=LoRAConfig(r=4), max_lag=0, checkpoint_every=1))
+    watcher = threading.Thread(target=killer, daemon=True)
+    watcher.start()
     model = rl_train(cfg)
-    assert "step_00000002" in model
-    (log,) = (tmp_path / "vllm").glob("server-*.log")
+    watcher.join(timeout=1)
+    assert killed, "the run finished before the server could be killed"
+    assert "step_00000004" in model
+    (log,) = (tmp_path / "vllm").glob("server-*.log")  # the restarted server appends to its predecessor's log
     text = log.read_text()
     assert "'enable_lora': True" in text and "'max_lora_rank': 8" in text  # the run's r=4, rounded up
-    assert "Loaded new LoRA adapter: name 'policy-v2'" in text and "POST /update_weights" not in text
-    published = read_published(tmp_path / "adapters")  # what the published-adapters artifact lists
-    assert [r["name"] for r in published] == ["policy-v0", "policy-v1", "policy-v2"]
+    assert "POST /update_weights" not in text  # adapters only, never a weight push
+    loads: dict[str, list[int]] = {}  # server pid -> adapter versions it loaded, in order
+    for line in text.splitlines():
+        if "Loaded new LoRA adapter: name 'policy-v" in line:
+            pid = line.split("APIServer pid=")[1].split(")")[0]
+            loads.setdefault(pid, []).append(int(line.split("'policy-v")[1].split("'")[0]))
+    (first, second) = loads.values()
+    assert first[:3] == [0, 1, 2]
+    # the new server's first adapter is the resumed checkpoint's; then one per step
+    assert second[0] in (2, 3) and second == list(range(second[0], 5)), loads
     metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    assert [m["stale_dropped"] for m in metrics] == [0.0, 0.0]  # each step trained on its adapter's rollouts
+    assert [m["step"] for m in metrics] == [1, 2, 3, 4]  # resumed from a checkpoint: no step ran twice
+    assert [m["stale_dropped"] for m in metrics] == [0.0] * 4  # each step trained on its own adapter's rollouts
+    published = read_published(tmp_path / "adapters")  # what the published-adapters artifact lists
+    assert [r["name"] for r in published][-1] == "policy-v4"
+    assert not _servers_of(model_dir) and not pid_alive(killed[0])
