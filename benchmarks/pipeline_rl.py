@@ -3,7 +3,7 @@
 Both start from the same SFT checkpoint with the same algorithm (GRPO, group
 8), rollout settings and learning rate, for the same number of steps. The
 synchronous run goes first; the pipeline then trains the same number of items
-per step (the synchronous run's mean), with `max_lag` 1 and `--actors` rounds
+per step (the synchronous run's mean), with `trainer.max_lag` 1 and `--actors` rounds
 in flight (1: on 2 shared cores a second actor only produces stale items).
 Printed: wall time of each and their ratio, the pipeline's trainer idle
 fraction, items trained per second, stale drops, and X/O win+draw after the
@@ -29,7 +29,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--actors", type=int, default=1)
     ap.add_argument("--max-backlog", type=int, default=None,
-                    help="unread items actors may leave queued (default: the flow's, items_per_step x (max_lag - 1))")
+                    help="unread items actors may leave queued (default: the flow's, items_per_step x (trainer.max_lag - 1))")
     ap.add_argument("--launch", nargs="+", choices=["thread", "process"], default=["thread", "process"],
                     help="where actor rounds run (each choice is one pipeline run)")
     ap.add_argument("--out", default="runs/bench_pipeline")
@@ -61,9 +61,9 @@ def main() -> None:
     for launch in args.launch:
         t = time.perf_counter()
         pipe = pipeline_rl(PipelineRLConfig(out_dir=str(out / f"pipeline_{launch}"), requests_per_round=8,
-                                            actors=args.actors, items_per_step=items_per_step, max_lag=1,
+                                            actors=args.actors, items_per_step=items_per_step,
                                             max_backlog=args.max_backlog, actor_launch=ActorLaunch(mode=launch),
-                                            **common))
+                                            **{**common, "trainer": trainer.model_copy(update={"max_lag": 1})}))
         pipes[launch] = (time.perf_counter() - t, pipe)
 
     seeds = list(range(recipe.eval_seed, recipe.eval_seed + recipe.eval_episodes))

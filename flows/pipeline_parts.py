@@ -19,7 +19,7 @@ from flows.pipeline_rl import (KEY_ENV, ActorLaunch, StageChain, actor_pool, kee
                                redis_queue)
 from ludic_core.bounds import MAX_BATCH, MAX_PROCESSES, MAX_SEQ_LEN, MAX_STEPS, bounded
 from ludic_core.compose.configs import AgentConfig, EnvConfig, SeedSchedule
-from ludic_core.config import (RL_TRAINER, AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig,
+from ludic_core.config import (PIPELINE_TRAINER, AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig,
                                VLLMEndpoint, group_size_of)
 from ludic_core.queue.actor import ActorSpec
 from ludic_core.training.checkpoint import latest_checkpoint
@@ -45,6 +45,7 @@ def _endpoint(block: str | None) -> VLLMEndpoint | None:
 
 class PipelineTrainerConfig(LaunchConfig):
     follows: ClassVar[dict[str, str]] = SCHEDULE_FOLLOWS_STEPS
+    moved: ClassVar[dict[str, str]] = {"max_lag": "trainer.max_lag"}
 
     model_path: str = Field(description="initial policy (e.g. the SFT model dir)")
     out_dir: str = Field("runs/pipeline_trainer", description="checkpoints and metrics")
@@ -53,11 +54,10 @@ class PipelineTrainerConfig(LaunchConfig):
     steps: int = bounded(20, ge=1, le=MAX_STEPS, description="optimizer steps")
     steps_per_stage: int = bounded(10, ge=1, le=MAX_STEPS, description="each stage ends in a checkpoint")
     items_per_step: int = bounded(256, ge=1, le=MAX_BATCH, description="SAW items (model calls) per optimizer step")
-    max_lag: int | None = bounded(1, ge=0, le=MAX_STEPS,
-                                  description="drop items this many policy versions behind the trainer")
     trainer: TrainerConfig = Field(
-        RL_TRAINER,
-        description="optimisation settings: a partial mapping changes only what it names; total_steps follows steps")
+        PIPELINE_TRAINER,
+        description="optimisation settings (max_lag 1: older items are dropped at the queue); a partial mapping "
+                    "changes only what it names; total_steps follows steps")
     endpoint_block: str | None = Field(None, description=_ENDPOINT)
     policy_dir: str = Field("runs/pipeline_trainer/policy", description="where to publish weights without a "
                                                                         "server (a directory the actors can read)")
@@ -89,7 +89,7 @@ def _pipeline_trainer(cfg: PipelineTrainerConfig) -> dict:
             point_latest(policy_dir, cfg.model_path, 0)
         base = StageSpec(model_path=cfg.model_path, checkpoint_dir=f"{cfg.out_dir}/checkpoints",
                          algorithm=cfg.algorithm, trainer=cfg.trainer, until_step=cfg.steps,
-                         data=StreamData(url=url, key=key, items_per_step=cfg.items_per_step, max_lag=cfg.max_lag,
+                         data=StreamData(url=url, key=key, items_per_step=cfg.items_per_step,
                                          password_env=KEY_ENV),
                          publish_dir=policy_dir, vllm=endpoint, metrics_path=f"{cfg.out_dir}/metrics.jsonl")
         stages = StageChain(base, cfg.steps, cfg.steps_per_stage, stream, launcher=cfg.launcher, nproc=cfg.nproc)

@@ -7,7 +7,7 @@ every step (a model directory the actors load, the embedded twin of a vLLM
 push; with `inference: vllm` it pushes them into the actors' vLLM server) and
 acknowledges items only once a checkpoint holds them. Nothing is
 lost or trained twice across a crash of any part (see ludic_core.queue).
-Items more than `max_lag` versions behind the trainer are dropped and counted.
+Items more than `trainer.max_lag` versions behind the trainer are dropped and counted.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from ludic_core.bounds import (MAX_BATCH, MAX_EPISODES, MAX_PROCESSES, MAX_QUEUE
 from ludic_core.compose.configs import AgentConfig, EnvConfig, SeedSchedule
 from ludic_core.compose.policy import ModelPolicy
 from ludic_core.compose.serving import server_for_run
-from ludic_core.config import (RL_TRAINER, AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig,
+from ludic_core.config import (PIPELINE_TRAINER, AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig,
                                group_size_of)
 from ludic_core.frozen import FrozenModel
 from ludic_core.queue.actor import ActorSpec
@@ -71,6 +71,7 @@ def actor_pool(launch: ActorLaunch, actors: int) -> Iterator[str | None]:
 
 class PipelineRLConfig(LaunchConfig):
     follows: ClassVar[dict[str, str]] = SCHEDULE_FOLLOWS_STEPS
+    moved: ClassVar[dict[str, str]] = {"max_lag": "trainer.max_lag"}
 
     model_path: str = Field(description="initial policy (e.g. the SFT model dir)")
     out_dir: str = Field("runs/pipeline_rl", description="checkpoints, published policies, metrics, local Redis")
@@ -85,16 +86,15 @@ class PipelineRLConfig(LaunchConfig):
     steps: int = bounded(20, ge=1, le=MAX_STEPS, description="optimizer steps")
     steps_per_stage: int = bounded(10, ge=1, le=MAX_STEPS, description="each stage ends in a checkpoint")
     items_per_step: int = bounded(256, ge=1, le=MAX_BATCH, description="SAW items (model calls) per optimizer step")
-    max_lag: int | None = bounded(1, ge=0, le=MAX_STEPS,
-                                  description="drop items this many policy versions behind the trainer")
     max_backlog: int | None = bounded(
         None, ge=0, le=MAX_QUEUE_ITEMS,
         description="actors wait while more than this many items are not yet read; None = items_per_step x "
-                    "(max_lag - 1): a round generated on top of more would reach the trainer stale (2048 without "
-                    "max_lag)")
+                    "(trainer.max_lag - 1): a round generated on top of more would reach the trainer stale "
+                    "(2048 without max_lag)")
     trainer: TrainerConfig = Field(
-        RL_TRAINER,
-        description="optimisation settings: a partial mapping changes only what it names; total_steps follows steps")
+        PIPELINE_TRAINER,
+        description="optimisation settings (max_lag 1: older items are dropped at the queue); a partial mapping "
+                    "changes only what it names; total_steps follows steps")
     inference: Literal["local", "vllm"] = Field(
         "local", description="local = actors decode in-process from the published model directory; vllm = actors "
                              "roll out through a vLLM server the stages push their weights into, see `vllm`")
@@ -125,7 +125,8 @@ class PipelineRLConfig(LaunchConfig):
         """Items produced beyond this would be dropped as stale before the trainer reaches them."""
         if self.max_backlog is not None:
             return self.max_backlog
-        return 2048 if self.max_lag is None else min(self.items_per_step * max(self.max_lag - 1, 0), MAX_QUEUE_ITEMS)
+        lag = self.trainer.max_lag
+        return 2048 if lag is None else min(self.items_per_step * max(lag - 1, 0), MAX_QUEUE_ITEMS)
 
 
 @contextmanager
@@ -210,7 +211,7 @@ def _pipeline_rl(cfg: PipelineRLConfig) -> dict:
                           password_env=KEY_ENV)
         base = StageSpec(model_path=cfg.model_path, checkpoint_dir=f"{cfg.out_dir}/checkpoints",
                          algorithm=cfg.algorithm, trainer=cfg.trainer, until_step=cfg.steps,
-                         data=StreamData(url=url, key=key, items_per_step=cfg.items_per_step, max_lag=cfg.max_lag,
+                         data=StreamData(url=url, key=key, items_per_step=cfg.items_per_step,
                                          password_env=KEY_ENV),
                          publish_dir=policy_dir, vllm=endpoint, metrics_path=f"{cfg.out_dir}/metrics.jsonl",
                          local=cfg.local)

@@ -32,6 +32,7 @@ __all__ = [
     "LoRAConfig",
     "TrainerConfig",
     "LocalInferenceConfig",
+    "PIPELINE_TRAINER",
     "RL_TRAINER",
     "SFT_TRAINER",
     "AdapterPublishing",
@@ -196,7 +197,10 @@ class TrainerConfig(FrozenModel):
         4096, ge=1, le=MAX_TOKEN_BUDGET,
         description="positions per chunk when scoring tokens (bounds the fp32 [tokens, vocab] buffer)")
     lora: LoRAConfig | None = None
-    max_lag: int | None = bounded(None, ge=0, le=MAX_STEPS, description="drop items this many versions stale")
+    max_lag: int | None = bounded(
+        None, ge=0, le=MAX_STEPS,
+        description="drop items generated more than this many policy versions behind the trainer (None = keep "
+                    "all); a stream's are dropped as they are read, and counted in the queue")
     sync_every_steps: int = bounded(1, ge=1, le=MAX_STEPS, description="publish weights every N steps")
     checkpoint_every: int | None = bounded(None, ge=1, le=MAX_STEPS, description="steps between checkpoints")
     keep_last: int = bounded(3, ge=1, le=MAX_CHECKPOINTS, description="checkpoints kept on disk")
@@ -216,6 +220,9 @@ class TrainerConfig(FrozenModel):
 RL_TRAINER = TrainerConfig(lr=1e-4, micro_token_budget=16_384, max_seq_len=512)
 #: SFT (`sft`, the demo's SFT stage): a higher peak lr, 10 warm-up steps, cosine decay over
 #: the run (`total_steps` follows the flow's `steps`; 400 is `sft`'s default).
+#: Pipeline RL (`pipeline_rl`, `pipeline_trainer`): actors run ahead of the trainer, so items
+#: more than one policy version behind it are dropped.
+PIPELINE_TRAINER = RL_TRAINER.model_copy(update={"max_lag": 1})
 SFT_TRAINER = RL_TRAINER.model_copy(update={"lr": 2e-3, "warmup_steps": 10, "schedule": "cosine",
                                             "total_steps": 400})
 

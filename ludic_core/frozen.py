@@ -18,7 +18,8 @@ Two rules make a config mean what it shows:
     another thing. A model instance always replaces (it was built whole).
   * `follows` names derived values: `{"trainer.total_steps": "steps"}` makes
     `trainer.total_steps` take `steps` unless it is given (null counts as not
-    given), and a given value that disagrees is refused, naming both. The JSON
+    given), and a given value that disagrees is refused, naming both (`moved`
+    refuses a field that moved, naming its new place). The JSON
     schema (Prefect's form, which sends every default back) leaves the derived
     value's default out, so a form never sends a stale one.
 
@@ -50,12 +51,18 @@ class FrozenModel(BaseModel):
     merge_identity: ClassVar[tuple[str, ...]] = ()
     #: derived value (a dotted path) -> the top-level field it follows: {"trainer.total_steps": "steps"}
     follows: ClassVar[dict[str, str]] = {}
+    #: a field that moved -> where it lives now: {"max_lag": "trainer.max_lag"}; an old config
+    #: naming it is refused with the new place (instead of "extra inputs are not permitted")
+    moved: ClassVar[dict[str, str]] = {}
 
     @model_validator(mode="before")
     @classmethod
     def _merge_and_derive(cls, data: Any) -> Any:
         if not isinstance(data, Mapping):
             return data
+        for old, new in cls.moved.items():
+            if old in data:
+                raise ValueError(f"{old} moved to {new}: write it there")
         explicit = {path for path in cls.follows if _given(data, path.split("."))}
         out = dict(data)
         for name, field in cls.model_fields.items():

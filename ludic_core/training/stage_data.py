@@ -32,7 +32,7 @@ def batch_source(spec: StageSpec, algorithm: Any, tokenizer: Any, client: Any) -
     if isinstance(data, StreamData):
         client = connect(data.url, password=os.environ.get(data.password_env))
         stream = SAWStream(client, key=data.key, group=data.group, consumer=data.consumer)
-        return StreamBatchSource(stream, items_per_step=data.items_per_step, max_lag=data.max_lag,
+        return StreamBatchSource(stream, items_per_step=data.items_per_step, max_lag=spec.trainer.max_lag,
                                  tokenizer=tokenizer_fingerprint(tokenizer), vocab_size=len(tokenizer),
                                  max_tokens=spec.trainer.max_seq_len, timeout_s=data.timeout_s)
     if isinstance(data, DatasetData):

@@ -55,8 +55,6 @@ class StreamData(FrozenModel):
     group: str = Field("trainers", description="its consumer group")
     consumer: str = Field("trainer-0", description="this trainer's name in the group")
     items_per_step: int = bounded(64, ge=1, le=MAX_BATCH, description="SAW items per optimizer step")
-    max_lag: int | None = bounded(None, ge=0, le=MAX_STEPS,
-                                  description="drop items this many policy versions behind the trainer")
     timeout_s: float | None = bounded(600.0, gt=0, le=MAX_SECONDS,
                                       description="give up when a batch takes longer (None = wait)")
 

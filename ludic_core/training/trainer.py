@@ -368,12 +368,6 @@ class Trainer:
             lg.close()
 
 
-
-
-
-
-
-
 def _frozen_copy(model: Any) -> Any:
     """A gradient-free, eval-mode copy of `model` (the KL reference)."""
     ref = copy.deepcopy(model)

@@ -98,7 +98,7 @@ BOUNDS = [
     ("pipeline_rl", "items_per_step", 10**9, "items_per_step"),
     ("pipeline_rl", "requests_per_round", 10**9, "requests_per_round"),
     ("pipeline_rl", "max_backlog", 10**12, "max_backlog"),
-    ("pipeline_rl", "max_lag", 10**12, "max_lag"),
+    ("pipeline_rl", "trainer.max_lag", 10**12, "max_lag"),
     ("pipeline_rl", "eval_episodes", 10**12, "eval_episodes"),
     ("pipeline_trainer", "steps", 10**12, "steps"),
     ("pipeline_trainer", "items_per_step", 10**9, "items_per_step"),

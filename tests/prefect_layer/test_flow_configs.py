@@ -57,6 +57,20 @@ def test_rl_train_partials_keep_their_siblings():
     assert cfg.agent.sampling.temperature == 0.7 and cfg.agent.sampling.max_tokens == 64
 
 
+@pytest.mark.parametrize("flow", ["pipeline_rl", "pipeline_trainer"])
+def test_max_lag_is_stated_once_on_the_trainer(flow):
+    """One staleness rule: the pipelines' queue filter reads `trainer.max_lag` (the
+    pipelines default it to 1; rl_train keeps every item). The old top-level field is
+    refused with its new place, not as an unknown key."""
+    cls, required = load_flow(flow)[1], required_values(flow)
+    assert cls.model_validate(required).trainer.max_lag == 1
+    assert cls.model_validate({**required, "trainer": {"lr": 3e-5}}).trainer.max_lag == 1
+    assert cls.model_validate({**required, "trainer": {"max_lag": None}}).trainer.max_lag is None
+    with pytest.raises(ValidationError, match="max_lag moved to trainer.max_lag"):
+        cls.model_validate({**required, "max_lag": 2})
+    assert load_flow("rl_train")[1].model_validate(RL).trainer.max_lag is None
+
+
 def test_a_mapping_naming_another_kind_replaces_the_default():
     """Fields belong to what they configure: another algorithm `type` or another
     component `name` starts from that thing's own defaults, never the old one's kwargs."""

@@ -22,7 +22,7 @@ def test_pipeline_rl_counts_add_up(prefect_api, format_tuned_model_dir, tmp_path
     cfg = PipelineRLConfig(
         model_path=str(format_tuned_model_dir), out_dir=str(tmp_path / "run"), env=RECIPE.env, agent=RECIPE.agent,
         algorithm=GRPOConfig(group_size=2), requests_per_round=4, actors=2, steps=4, steps_per_stage=2,
-        items_per_step=12, max_lag=2, trainer=TrainerConfig(lr=1e-4, max_seq_len=512), eval_episodes=8)
+        items_per_step=12, trainer=TrainerConfig(lr=1e-4, max_seq_len=512, max_lag=2), eval_episodes=8)
     out = pipeline_rl(cfg)
     assert out["steps"] == 4 and out["items_trained"] == 4 * 12
     assert out["failed_rounds"] == 0 and out["dead_lettered"] == 0
@@ -52,7 +52,7 @@ def test_pipeline_rl_with_two_rank_torchrun_stages(prefect_api, format_tuned_mod
     out = pipeline_rl(PipelineRLConfig(
         model_path=str(format_tuned_model_dir), out_dir=str(run), env=RECIPE.env, agent=RECIPE.agent,
         algorithm=GRPOConfig(group_size=2), requests_per_round=4, actors=1, steps=4, steps_per_stage=2,
-        items_per_step=12, max_lag=None, trainer=TrainerConfig(lr=1e-4, max_seq_len=512), eval_episodes=0,
+        items_per_step=12, trainer=TrainerConfig(lr=1e-4, max_seq_len=512), eval_episodes=0,
         launcher="torchrun", nproc=2))
     assert out["steps"] == 4 and out["items_trained"] == 48 and out["dead_lettered"] == 0
     assert out["items_produced"] == out["items_trained"] + out["stale_dropped"] + out["left_in_stream"]
@@ -80,7 +80,7 @@ def test_pipeline_rl_with_vllm_actors_and_lora_adapters(prefect_api, format_tune
     cfg = PipelineRLConfig(
         model_path=str(format_tuned_model_dir), out_dir=str(run), env=RECIPE.env, agent=RECIPE.agent,
         algorithm=GRPOConfig(group_size=2), requests_per_round=4, actors=2, steps=4, steps_per_stage=2,
-        items_per_step=12, max_lag=2, trainer=TrainerConfig(lr=1e-4, max_seq_len=512, lora=LoRAConfig(r=4)),
+        items_per_step=12, trainer=TrainerConfig(lr=1e-4, max_seq_len=512, lora=LoRAConfig(r=4), max_lag=2),
         eval_episodes=0, inference="vllm", vllm=VLLMSettings(server=VLLMServerConfig(log_dir=str(tmp_path / "vllm"))))
     out = pipeline_rl(cfg)
     assert out["steps"] == 4 and out["items_trained"] == 48 and out["dead_lettered"] == 0
@@ -119,8 +119,8 @@ def test_trainer_and_actor_as_separate_flows(prefect_api, format_tuned_model_dir
                                         policy_dir=policy)
         trainer_cfg = PipelineTrainerConfig(
             model_path=str(format_tuned_model_dir), out_dir=str(tmp_path / "trainer"), redis_block="split-test",
-            algorithm=GRPOConfig(group_size=2), steps=3, steps_per_stage=3, items_per_step=10, max_lag=3,
-            trainer=TrainerConfig(lr=1e-4, max_seq_len=512), policy_dir=policy)
+            algorithm=GRPOConfig(group_size=2), steps=3, steps_per_stage=3, items_per_step=10,
+            trainer=TrainerConfig(lr=1e-4, max_seq_len=512, max_lag=3), policy_dir=policy)
         actor_out: dict = {}
         actor = threading.Thread(target=lambda: actor_out.update(pipeline_actor(actor_cfg)))
         actor.start()
@@ -161,7 +161,7 @@ def test_a_killed_flow_run_resumes_and_trains_every_item_once(format_tuned_model
     cfg = {"model_path": str(format_tuned_model_dir), "out_dir": str(run), "env": RECIPE.env.model_dump(),
            "agent": RECIPE.agent.model_dump(), "algorithm": {"type": "grpo", "group_size": 2},
            "requests_per_round": 4, "actors": 1, "steps": 4, "steps_per_stage": 2, "items_per_step": 12,
-           "max_lag": 2, "trainer": {"lr": 1e-4, "max_seq_len": 512}, "eval_episodes": 0}
+           "trainer": {"lr": 1e-4, "max_seq_len": 512, "max_lag": 2}, "eval_episodes": 0}
     (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg))
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
@@ -228,7 +228,7 @@ def test_redis_killed_mid_run_is_ridden_out(prefect_api, format_tuned_model_dir,
         out = pipeline_rl(PipelineRLConfig(
             model_path=str(format_tuned_model_dir), out_dir=str(run), env=RECIPE.env, agent=RECIPE.agent,
             algorithm=GRPOConfig(group_size=2), requests_per_round=4, actors=1, steps=4, steps_per_stage=2,
-            items_per_step=12, max_lag=None, trainer=TrainerConfig(lr=1e-4, max_seq_len=512), eval_episodes=0,
+            items_per_step=12, trainer=TrainerConfig(lr=1e-4, max_seq_len=512), eval_episodes=0,
             redis_block="crash-test"))
         crasher.join(timeout=30)
     finally:
@@ -290,7 +290,7 @@ def test_a_sigkilled_actor_process_is_retried_and_nothing_is_trained_twice(prefe
     state = pipeline_rl(PipelineRLConfig(
         model_path=str(format_tuned_model_dir), out_dir=str(tmp_path / "run"), env=RECIPE.env, agent=RECIPE.agent,
         algorithm=GRPOConfig(group_size=2), requests_per_round=4, actors=1, steps=4, steps_per_stage=2,
-        items_per_step=12, max_lag=None, trainer=TrainerConfig(lr=1e-4, max_seq_len=512), eval_episodes=0,
+        items_per_step=12, trainer=TrainerConfig(lr=1e-4, max_seq_len=512), eval_episodes=0,
         actor_launch=ActorLaunch(mode="process")), return_state=True)
     killer.join(timeout=30)
     out = state.result()
@@ -339,8 +339,8 @@ def test_vllm_server_killed_mid_pipeline_is_restarted_and_the_run_completes(pref
     out = pipeline_rl(PipelineRLConfig(
         model_path=str(format_tuned_model_dir), out_dir=str(run), env=RECIPE.env, agent=RECIPE.agent,
         algorithm=GRPOConfig(group_size=2), requests_per_round=4, actors=1, steps=4, steps_per_stage=4,
-        items_per_step=12, max_lag=2, eval_episodes=0, inference="vllm",
-        trainer=TrainerConfig(lr=1e-4, max_seq_len=512, checkpoint_every=1),
+        items_per_step=12, eval_episodes=0, inference="vllm",
+        trainer=TrainerConfig(lr=1e-4, max_seq_len=512, checkpoint_every=1, max_lag=2),
         vllm=VLLMSettings(server=VLLMServerConfig(log_dir=str(tmp_path / "vllm")))))
     watcher.join(timeout=1)
     assert killed, "the run finished before the server could be killed"
