@@ -51,8 +51,8 @@ BUNDLED: dict[str, dict[str, str]] = {
         "verifiers": "ludic_core.envs.verifiers_taskset:VerifiersTasksetEnv",
     },
     "policy": {
-        "tic_tac_toe_minimax": "ludic_core.envs.tic_tac_toe:minimax_teacher",
-        "tic_tac_toe_random": "ludic_core.envs.tic_tac_toe:random_player",
+        "tic_tac_toe_minimax": "ludic_core.envs.tic_tac_toe_players:minimax_teacher",
+        "tic_tac_toe_random": "ludic_core.envs.tic_tac_toe_players:random_player",
         "arithmetic_oracle": "ludic_core.envs.arithmetic:arithmetic_oracle",
         "code_reference": "ludic_core.envs.code_exec.problems:reference_solver",
         "reasoning_gym_answer": "ludic_core.envs.reasoning_gym.teacher:reasoning_gym_answer",

@@ -1,5 +1,5 @@
-"""Tic-tac-toe: a single-agent env against a scripted opponent, a two-agent
-duel env, and scripted players, over the rules in `tic_tac_toe_rules`.
+"""Tic-tac-toe: a single-agent env against a scripted opponent and a two-agent
+duel env, over the rules in `tic_tac_toe_rules` (scripted players: `tic_tac_toe_players`).
 
 Boards are 9-char strings of 'X', 'O', '.' in row-major order. Models and
 actions use cell numbers 1..9; the code uses indices 0..8 internally. The game
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 import re
-from typing import Any, Callable, Iterable, Literal
+from typing import Any, Iterable, Literal
 
 from ludic_core.envs.base import LudicEnv
 from ludic_core.envs.single_agent import SingleAgentEnv
@@ -30,7 +30,7 @@ from ludic_core.envs.tic_tac_toe_rules import (  # the rules live there; re-expo
     render_board,
     winner,
 )
-from ludic_core.types import Message, StepOutcome
+from ludic_core.types import StepOutcome
 
 __all__ = [
     "EMPTY_BOARD",
@@ -45,21 +45,15 @@ __all__ = [
     "parse_observation",
     "TicTacToeEnv",
     "TicTacToeDuelEnv",
-    "scripted_tic_tac_toe_policy",
-    "minimax_teacher",
-    "random_player",
 ]
 
 RESULT_REWARDS = {"win": 1.0, "draw": 0.5, "loss": 0.0}
 ILLEGAL_MOVE_REWARD = -1.0
 _OPPONENTS = ("random", "minimax")
-_POLICY_KINDS = ("minimax", "random", "first_legal")
 # No digits and no literal "<move>N</move>" example: a small model copies such
 # an example by induction ("<move>" was followed by "5" before) and then plays
 # that cell on every board.
 _SYSPROMPT = "You play tic-tac-toe. Answer with the number of a free cell inside move tags."
-#: Teacher tie-break among optimal moves: centre, corners, then edges.
-_PREFERENCE = (5, 1, 3, 7, 9, 2, 4, 6, 8)
 _BOARD_RE = re.compile(
     r"^[ \t]*([XO.1-9]{3})[ \t]*\r?\n[ \t]*([XO.1-9]{3})[ \t]*\r?\n[ \t]*([XO.1-9]{3})[ \t]*$", re.M
 )
@@ -338,65 +332,3 @@ class TicTacToeDuelEnv(LudicEnv):
             terminated=True,
             info=info | {"result": result},
         )
-
-
-# ---------------------------------------------------------- scripted players
-
-
-def _last_user_text(messages: list[Message]) -> str:
-    for message in reversed(messages):
-        if message.get("role") == "user":
-            content = message.get("content")
-            if isinstance(content, str):
-                return content
-            raise ValueError(f"last user message has non-text content: {content!r}")
-    raise ValueError("no user message to read a tic-tac-toe board from")
-
-
-def scripted_tic_tac_toe_policy(
-    kind: Literal["minimax", "random", "first_legal"],
-    seed: int | None = None,
-    tie_break: Literal["random", "preference"] = "random",
-) -> Callable[[list[Message]], str]:
-    """A plain-Python player: reads the board from the last user message and
-    answers exactly as the model is asked to ("<move>5</move>"). Useful as an
-    opponent, a baseline, or to test protocols without a model.
-
-    `tie_break` chooses among equally good minimax moves: "random", or
-    "preference" (centre, corners, edges), which makes the teacher a function
-    of the board. A tiny model imitates that in minutes; with random ties the
-    opening move alone is uniform over 9 cells and SFT sits at the marginal.
-    """
-    if kind not in _POLICY_KINDS:
-        raise ValueError(f"unknown scripted policy kind {kind!r}; expected one of {_POLICY_KINDS}")
-    if tie_break not in ("random", "preference"):
-        raise ValueError(f"unknown tie_break {tie_break!r}; expected 'random' or 'preference'")
-    rng = random.Random(seed)
-
-    def policy(messages: list[Message]) -> str:
-        board, mark = parse_observation(_last_user_text(messages))
-        moves = legal_moves(board)
-        if not moves:
-            raise ValueError(f"the game on board {board!r} is over; there is no move to make")
-        if kind == "minimax":
-            best = minimax_moves(board, mark)
-            cell = min(best, key=_PREFERENCE.index) if tie_break == "preference" else rng.choice(best)
-        elif kind == "random":
-            cell = rng.choice(moves)
-        else:
-            cell = moves[0]
-        return f"<move>{cell}</move>"
-
-    return policy
-
-
-def minimax_teacher(seed: int = 0, tie_break: Literal["random", "preference"] = "preference") -> Callable[[list[Message]], str]:
-    """The demo's teacher (registered policy `tic_tac_toe_minimax`): never loses, and
-    with the default tie-break its move is a function of the board, which a tiny
-    model can imitate."""
-    return scripted_tic_tac_toe_policy("minimax", seed=seed, tie_break=tie_break)
-
-
-def random_player(seed: int | None = None) -> Callable[[list[Message]], str]:
-    """A uniformly random legal move (registered policy `tic_tac_toe_random`): a baseline."""
-    return scripted_tic_tac_toe_policy("random", seed=seed)
