@@ -34,6 +34,17 @@ def _servers_of(model_dir: Path) -> list[int]:
     return [p for p in pids if os.getpgid(p) == p] if pids else []
 
 
+def _kill_server_after(model_dir: Path, checkpoint: Path, killed: list[int]) -> None:
+    """SIGKILL the process groups of the servers of `model_dir` once `checkpoint` exists (their pids to `killed`)."""
+    deadline = time.time() + 600
+    while time.time() < deadline and not killed:
+        if checkpoint.is_dir():
+            for pid in _servers_of(model_dir):
+                os.killpg(pid, signal.SIGKILL)
+                killed.append(pid)
+        time.sleep(0.05)
+
+
 def test_vllm_settings_are_strict():
     with pytest.raises(ValueError, match="stage_atempts"):
         VLLMSettings.model_validate({"stage_atempts": 2})
@@ -50,24 +61,15 @@ def test_vllm_settings_are_strict():
 @pytest.mark.heavy  # 65 s; .ci/run runs it (make test-heavy)
 def test_killed_server_is_restarted_and_the_stage_resumes(prefect_api, format_tuned_model_dir, tmp_path):
     model_dir = Path(format_tuned_model_dir)  # not the session server's model: its server is ours alone
-    killed: list[int] = []
-
-    def killer() -> None:  # SIGKILL the server's whole process group once step 2 is checkpointed
-        deadline = time.time() + 600
-        while time.time() < deadline and not killed:
-            if (tmp_path / "checkpoints" / "step_00000002").is_dir():
-                for pid in _servers_of(model_dir):
-                    os.killpg(pid, signal.SIGKILL)
-                    killed.append(pid)
-            time.sleep(0.05)
-
     cfg = RLTrainConfig(
         model_path=str(model_dir), out_dir=str(tmp_path), inference="vllm",
         vllm=VLLMSettings(server=VLLMServerConfig(log_dir=str(tmp_path / "vllm"))),
         env=ENV, agent=AGENT.model_copy(update={"sampling": AGENT.sampling.model_copy(update={"temperature": 1.0})}),
         algorithm=GRPOConfig(group_size=4), requests_per_step=2, steps=5, steps_per_stage=5, eval_episodes=0,
         trainer=TrainerConfig(lr=1e-3, checkpoint_every=1, micro_token_budget=8192, max_seq_len=512))
-    watcher = threading.Thread(target=killer, daemon=True)
+    killed: list[int] = []  # SIGKILL the server's whole process group once step 2 is checkpointed
+    watcher = threading.Thread(target=_kill_server_after, args=(model_dir, tmp_path / "checkpoints" / "step_00000002",
+                                                                killed), daemon=True)
     watcher.start()
     model = rl_train(cfg)
     watcher.join(timeout=1)
@@ -134,24 +136,15 @@ def test_a_lora_run_hot_swaps_adapters_and_a_killed_server_gets_the_resumed_one(
     from ludic_core.publish.vllm_adapters import read_published
 
     model_dir = Path(format_tuned_model_dir)
-    killed: list[int] = []
-
-    def killer() -> None:
-        deadline = time.time() + 600
-        while time.time() < deadline and not killed:
-            if (tmp_path / "checkpoints" / "step_00000002").is_dir():
-                for pid in _servers_of(model_dir):
-                    os.killpg(pid, signal.SIGKILL)
-                    killed.append(pid)
-            time.sleep(0.05)
-
     cfg = RLTrainConfig(
         model_path=str(model_dir), out_dir=str(tmp_path), inference="vllm",
         vllm=VLLMSettings(server=VLLMServerConfig(log_dir=str(tmp_path / "vllm"))),
         env=ENV, agent=AGENT, algorithm=GRPOConfig(group_size=2), requests_per_step=2, steps=4, steps_per_stage=4,
         eval_episodes=0,
         trainer=TrainerConfig(lr=1e-3, max_seq_len=512, lora=LoRAConfig(r=4), max_lag=0, checkpoint_every=1))
-    watcher = threading.Thread(target=killer, daemon=True)
+    killed: list[int] = []  # SIGKILL the server's whole process group once step 2 is checkpointed
+    watcher = threading.Thread(target=_kill_server_after, args=(model_dir, tmp_path / "checkpoints" / "step_00000002",
+                                                                killed), daemon=True)
     watcher.start()
     model = rl_train(cfg)
     watcher.join(timeout=1)
