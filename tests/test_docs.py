@@ -57,6 +57,31 @@ def test_bash_blocks_name_scripts_flags_and_targets_that_exist(block):
     assert not bad, bad
 
 
+_LIST_ITEM = re.compile(r"^\s*([-*+]|\d+\.)\s")
+
+
+def _lists_glued_to_a_paragraph(text: str) -> list[int]:
+    """Lines that start a list right under a paragraph line: MkDocs (Python-Markdown)
+    renders such a list as text ("- item" inside the paragraph), GitHub as a list."""
+    out, fence, prev = [], False, ""
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith("```"):
+            fence = not fence
+        elif not fence and _LIST_ITEM.match(line) and not line[0].isspace() and prev.strip() \
+                and not _LIST_ITEM.match(prev) and not prev[0].isspace() and prev.lstrip()[0] not in "|#<>":
+            out.append(n)
+        prev = line
+    return out
+
+
+def test_every_list_in_the_docs_renders_as_a_list():
+    glued = {str(f.relative_to(ROOT)): lines for f in sorted(DOCS.rglob("*.md"))
+             if (lines := _lists_glued_to_a_paragraph(f.read_text()))}
+    assert not glued, f"a list right under a paragraph line renders as text on the site (add a blank line): {glued}"
+    assert _lists_glued_to_a_paragraph("Some text:\n- an item\n") == [2]  # the check itself finds one
+    assert _lists_glued_to_a_paragraph("Some text:\n\n- an item\n- another\n") == []
+
+
 def test_the_pipelines_page_says_to_build_the_model_first():
     """prefect.yaml's deployments start from runs/models/tiny-1m, which a fresh clone lacks."""
     text = section(DOCS / "pipelines.md", "From a fresh clone to runs on a server")
