@@ -46,7 +46,11 @@ from ludic_core.inference.errors import InferenceServerError
 from ludic_core.lifetime import with_parent
 
 __all__ = ["VLLMServerConfig", "VLLMServer", "start_vllm_server", "stop_server_pid", "detect_build",
-           "resolve_python", "free_port", "pid_alive", "served_lora_rank", "VLLM_LORA_RANKS"]
+           "resolve_python", "free_port", "pid_alive", "served_lora_rank", "VLLM_LORA_RANKS", "START_MARK"]
+
+#: The line each start writes into `server-PORT.log` before the server's own output: a server
+#: restarted on its port (after a crash) appends to its predecessor's log, which it must not erase.
+START_MARK = "===== ludic: vLLM server start"
 
 #: The `--max-lora-rank` values vLLM accepts (`vllm.config.lora.MaxLoRARanks` in 0.27-0.32).
 #: Its LoRA kernels are built for these; any other value is refused at start-up.
@@ -341,6 +345,9 @@ def start_vllm_server(model_path: str | Path, cfg: VLLMServerConfig | None = Non
     # Its own session: stopped by process group. It gets SIGTERM (and shuts its engine
     # down) when this process dies, however it dies (a cancelled or SIGKILLed flow run).
     with open(log_path, "ab") as log:
+        log.write(f"{START_MARK} {time.strftime('%Y-%m-%d %H:%M:%S %Z')}: {model_path} on port {port} =====\n"
+                  .encode())
+        log.flush()
         proc = subprocess.Popen(with_parent(cmd, forward=False), stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True)
     server = VLLMServer(proc.pid, cfg.host, port, str(log_path), cfg.served_model_name, build, process=proc,

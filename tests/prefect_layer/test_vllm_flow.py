@@ -16,7 +16,7 @@ import pytest
 from flows.rl_train import RLTrainConfig, rl_train
 from flows.vllm_inference import VLLMSettings
 from ludic_core.config import GRPOConfig, TrainerConfig
-from ludic_core.inference.vllm_server import VLLMServerConfig, pid_alive
+from ludic_core.inference.vllm_server import START_MARK, VLLMServerConfig, pid_alive
 from ludic_core.recipes.tic_tac_toe import AGENT, ENV
 
 
@@ -154,12 +154,10 @@ def test_a_lora_run_hot_swaps_adapters_and_a_killed_server_gets_the_resumed_one(
     text = log.read_text()
     assert "'enable_lora': True" in text and "'max_lora_rank': 8" in text  # the run's r=4, rounded up
     assert "POST /update_weights" not in text  # adapters only, never a weight push
-    loads: dict[str, list[int]] = {}  # server pid -> adapter versions it loaded, in order
-    for line in text.splitlines():
-        if "Loaded new LoRA adapter: name 'policy-v" in line:
-            pid = line.split("APIServer pid=")[1].split(")")[0]
-            loads.setdefault(pid, []).append(int(line.split("'policy-v")[1].split("'")[0]))
-    (first, second) = loads.values()
+    starts = text.split(START_MARK)[1:]  # one part per server start, in order
+    loads = [[int(line.split("'policy-v")[1].split("'")[0]) for line in part.splitlines()
+              if "Loaded new LoRA adapter: name 'policy-v" in line] for part in starts]
+    first, second = loads
     assert first[:3] == [0, 1, 2]
     # the new server's first adapter is the resumed checkpoint's; then one per step
     assert second[0] in (2, 3) and second == list(range(second[0], 5)), loads
