@@ -143,6 +143,9 @@ def main() -> None:
             t0 = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t0)
+    for c in [client] + ([compiled] if args.compiled else []):  # a drain may outlive its last request by a turn
+        if c._drain_task is not None:
+            loop.run_until_complete(c._drain_task)
     loop.close()
 
     med = {k: statistics.median(v) for k, v in times.items()}
