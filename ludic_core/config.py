@@ -218,11 +218,11 @@ class TrainerConfig(FrozenModel):
 #: tiny CPU models of the demo (items of up to 512 tokens); a flow's `trainer: {...}`
 #: changes only the fields it names.
 RL_TRAINER = TrainerConfig(lr=1e-4, micro_token_budget=16_384, max_seq_len=512)
-#: SFT (`sft`, the demo's SFT stage): a higher peak lr, 10 warm-up steps, cosine decay over
-#: the run (`total_steps` follows the flow's `steps`; 400 is `sft`'s default).
 #: Pipeline RL (`pipeline_rl`, `pipeline_trainer`): actors run ahead of the trainer, so items
 #: more than one policy version behind it are dropped.
 PIPELINE_TRAINER = RL_TRAINER.model_copy(update={"max_lag": 1})
+#: SFT (`sft`, the demo's SFT stage): a higher peak lr, 10 warm-up steps, cosine decay over
+#: the run (`total_steps` follows the flow's `steps`; 400 is `sft`'s default).
 SFT_TRAINER = RL_TRAINER.model_copy(update={"lr": 2e-3, "warmup_steps": 10, "schedule": "cosine",
                                             "total_steps": 400})
 
