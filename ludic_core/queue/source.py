@@ -163,8 +163,12 @@ class StreamBatchSource:
             return
         self._add_totals(counts)
         self.stream.restore_deliveries({eid: self._prior.get(eid, 0) for eid, _ in self._ready})
+        # what the wait saw tells a stalled actor from one whose items all went stale or dead
         raise TimeoutError(f"stream {self.stream.key!r}: {len(self._ready)} of {self.items_per_step} items after "
-                           f"{self.timeout_s:.0f} s (are the actors running?)")
+                           f"{self.timeout_s:.0f} s; meanwhile {counts['stale_dropped']} dropped as stale (max_lag "
+                           f"{self.max_lag}) and {counts['dead_lettered']} dead-lettered; "
+                           f"{self.stream.entries_added()} entries added to the stream in all (are the actors "
+                           "running?)")
 
     def _add_totals(self, counts: dict[str, int]) -> None:
         for k, v in counts.items():

@@ -491,6 +491,19 @@ def test_only_entries_handed_to_a_trainer_count_a_delivery(rclient):
 
 
 @pytest.mark.redis
+def test_a_timeout_says_the_actors_items_went_stale(rclient):
+    """Actors that do deliver, but only items max_lag drops: the timeout says so,
+    instead of only asking whether the actors run."""
+    stream = SAWStream(rclient, key="poison:stale-timeout")
+    stream.ensure_group()
+    stream.put_round("r0", [good("a"), good("b")])  # policy version 0
+    trainer = StreamBatchSource(stream, items_per_step=2, vocab_size=VOCAB, timeout_s=0.1, block_ms=20,
+                                max_lag=1, trainer_version=lambda: 3)
+    with pytest.raises(TimeoutError, match="0 of 2 items after 0 s; meanwhile 2 dropped as stale "
+                                           r"\(max_lag 1\) and 0 dead-lettered; 2 entries added"):
+        trainer.next_batch()
+
+
 def test_a_batch_given_up_on_a_timeout_spends_no_tries_and_loses_nothing(rclient):
     """Actors down: trainers time out with half a batch, again and again. The
     half they collected is neither lost nor dead-lettered."""
@@ -499,8 +512,9 @@ def test_a_batch_given_up_on_a_timeout_spends_no_tries_and_loses_nothing(rclient
     stream.put_round("r0", [good("a")])
     for _ in range(3):  # three trainers in a row give up (a fresh one reclaims "a" each time)
         trainer = StreamBatchSource(stream, items_per_step=2, vocab_size=VOCAB, timeout_s=0.1, block_ms=20)
-        with pytest.raises(TimeoutError, match="1 of 2 items after 0 s"):
+        with pytest.raises(TimeoutError, match="1 of 2 items after 0 s") as info:
             trainer.next_batch()
+    assert "0 dropped as stale (max_lag None) and 0 dead-lettered; 1 entries added" in str(info.value)
     stream.put_round("r1", [good("b")])
     batch = trainer.next_batch()  # the same trainer asked again: the half batch it kept is still there
     assert ids(batch) == ["a", "b"] and not dead(rclient, stream)
