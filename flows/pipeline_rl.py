@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextvars
 import json
+import math
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -162,16 +163,19 @@ def keep_actors_busy(actor: ActorSpec, stream, n: int, until, rounds: list[dict]
     counter shared by every actor flow on the stream; rounds run in the worker
     processes of actor `pool` when one is named. Returns failed rounds."""
     in_flight: dict = {}
+    since: dict = {}  # future -> when it was submitted, for the long-round warning
     started = failed = 0
     try:
         while not until():
             while len(in_flight) < n and (max_rounds is None or started < max_rounds):
                 index = int(stream.client.incr(f"{stream.key}:rounds"))
-                in_flight[actor_round_task.submit(actor, index, pool)] = index
+                fut = actor_round_task.submit(actor, index, pool)
+                in_flight[fut], since[fut] = index, time.monotonic()
                 started += 1
             if not in_flight:
                 break
             failed += _collect([f for f in in_flight if f.state.is_final()], in_flight, rounds)
+            _warn_long_rounds(in_flight, since)
             time.sleep(0.05)
     finally:
         for fut in in_flight:  # let running rounds land (their items stay for the next run)
@@ -282,6 +286,23 @@ class StageChain:
             if self._pool is not None:
                 self._pool.shutdown()
         return self.current is None
+
+
+#: An actor round running longer than this is named in the flow run's log once (a round
+#: waits for room, loads the newest policy, decodes): a trainer starved of items then says why.
+LONG_ROUND_S = 300.0
+
+
+def _warn_long_rounds(in_flight: dict, since: dict) -> None:
+    now = time.monotonic()
+    for fut in [f for f in since if f not in in_flight]:
+        del since[fut]
+    for fut, t0 in list(since.items()):
+        if now - t0 > LONG_ROUND_S:
+            get_run_logger().warning("actor round %d has run for %.0f s (state %s): waiting for room on the "
+                                     "stream, loading the policy or decoding", in_flight[fut], now - t0,
+                                     fut.state.name)
+            since[fut] = math.inf  # said once
 
 
 def _collect(finished: list, in_flight: dict, rounds: list[dict]) -> int:

@@ -14,6 +14,29 @@ from tests.procs import children, wait_gone
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
 
+def test_an_actor_round_running_long_is_named_once(monkeypatch):
+    """The flow's poll loop names a round that has run past LONG_ROUND_S, once, and forgets
+    rounds that finished (pure logic: stand-ins for the futures and the run logger)."""
+    from types import SimpleNamespace
+
+    import flows.pipeline_rl as pr
+
+    said: list[str] = []
+    monkeypatch.setattr(pr, "get_run_logger", lambda: SimpleNamespace(warning=lambda fmt, *a: said.append(fmt % a)))
+
+    class Future:  # hashable by identity, as Prefect's are
+        state = SimpleNamespace(name="Running")
+
+    slow, quick, done = Future(), Future(), Future()
+    now = pr.time.monotonic()
+    in_flight = {slow: 7, quick: 8}
+    since = {slow: now - pr.LONG_ROUND_S - 1, quick: now, done: now - 10 * pr.LONG_ROUND_S}
+    pr._warn_long_rounds(in_flight, since)
+    pr._warn_long_rounds(in_flight, since)
+    assert [m.split(" (")[0] for m in said] == ["actor round 7 has run for 301 s"], said
+    assert set(since) == {slow, quick}  # the finished round is forgotten, not reported
+
+
 def test_pipeline_rl_counts_add_up(prefect_api, format_tuned_model_dir, tmp_path):
     from flows.pipeline_rl import PipelineRLConfig, pipeline_rl
     from ludic_core.config import GRPOConfig, TrainerConfig
