@@ -45,6 +45,18 @@ def _kill_server_after(model_dir: Path, checkpoint: Path, killed: list[int]) -> 
         time.sleep(0.05)
 
 
+def _run_killing_the_server(cfg: RLTrainConfig, model_dir: Path, checkpoint: Path) -> tuple[str, list[int]]:
+    """rl_train(cfg) while a watcher SIGKILLs the server's whole process group once `checkpoint`
+    exists: (the run's result, the pids killed)."""
+    killed: list[int] = []
+    watcher = threading.Thread(target=_kill_server_after, args=(model_dir, checkpoint, killed), daemon=True)
+    watcher.start()
+    model = rl_train(cfg)
+    watcher.join(timeout=1)
+    assert killed, "the run finished before the server could be killed"
+    return model, killed
+
+
 def test_vllm_settings_are_strict():
     with pytest.raises(ValueError, match="stage_atempts"):
         VLLMSettings.model_validate({"stage_atempts": 2})
@@ -67,13 +79,7 @@ def test_killed_server_is_restarted_and_the_stage_resumes(prefect_api, format_tu
         env=ENV, agent=AGENT.model_copy(update={"sampling": AGENT.sampling.model_copy(update={"temperature": 1.0})}),
         algorithm=GRPOConfig(group_size=4), requests_per_step=2, steps=5, steps_per_stage=5, eval_episodes=0,
         trainer=TrainerConfig(lr=1e-3, checkpoint_every=1, micro_token_budget=8192, max_seq_len=512))
-    killed: list[int] = []  # SIGKILL the server's whole process group once step 2 is checkpointed
-    watcher = threading.Thread(target=_kill_server_after, args=(model_dir, tmp_path / "checkpoints" / "step_00000002",
-                                                                killed), daemon=True)
-    watcher.start()
-    model = rl_train(cfg)
-    watcher.join(timeout=1)
-    assert killed, "the run finished before the server could be killed"
+    model, killed = _run_killing_the_server(cfg, model_dir, tmp_path / "checkpoints" / "step_00000002")
     assert "step_00000005" in model
     metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines() if line.strip()]
     steps = [m["step"] for m in metrics]
@@ -142,13 +148,7 @@ def test_a_lora_run_hot_swaps_adapters_and_a_killed_server_gets_the_resumed_one(
         env=ENV, agent=AGENT, algorithm=GRPOConfig(group_size=2), requests_per_step=2, steps=4, steps_per_stage=4,
         eval_episodes=0,
         trainer=TrainerConfig(lr=1e-3, max_seq_len=512, lora=LoRAConfig(r=4), max_lag=0, checkpoint_every=1))
-    killed: list[int] = []  # SIGKILL the server's whole process group once step 2 is checkpointed
-    watcher = threading.Thread(target=_kill_server_after, args=(model_dir, tmp_path / "checkpoints" / "step_00000002",
-                                                                killed), daemon=True)
-    watcher.start()
-    model = rl_train(cfg)
-    watcher.join(timeout=1)
-    assert killed, "the run finished before the server could be killed"
+    model, killed = _run_killing_the_server(cfg, model_dir, tmp_path / "checkpoints" / "step_00000002")
     assert "step_00000004" in model
     (log,) = (tmp_path / "vllm").glob("server-*.log")  # the restarted server appends to its predecessor's log
     text = log.read_text()
