@@ -36,6 +36,10 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Generation", "BatchDecoder"]
 
+#: CUDA-graph decode steps between host reads of a frame (finished rows, stop strings). On an
+#: H200 a read after every step cost 1.5 ms of a 9 ms step (batch 128, Qwen2.5-0.5B's shape).
+SYNC_EVERY = 4
+
 
 @dataclass
 class Generation:
@@ -149,9 +153,15 @@ class BatchDecoder:
         frame = self._frame(_pow2(len(batch), 1), columns)
         frame.admit(batch)
         self.stats["admitted"] += len(batch)
+        # CUDA-graph steps are queued SYNC_EVERY at a time: reading the slots' state waits for the
+        # GPU, and a host that waits after every step leaves the GPU idle while it launches the next
+        every, stepped = (SYNC_EVERY if frame.compile_mode == "reduce-overhead" else 1), 0
         while frame.live():
             frame.step()
             self.stats["steps"] += 1
+            stepped += 1
+            if stepped % every:
+                continue  # finished rows stay put (done slots do not advance) until the next read
             for row, toks, lps, reason in frame.collect():
                 emit(row.key, self._generation(row, toks, lps, reason))
             if not continuous or not admitting():

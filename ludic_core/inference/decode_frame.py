@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from ludic_core.inference.decode_attention import decode_attention_on
 from ludic_core.inference.sampling import SamplingConfig
 from ludic_core.inference.slot_cache import SlotCache
 from ludic_core.inference.stop_strings import StopScanner
@@ -99,7 +100,7 @@ class DecodeFrame:
         self.compile_mode = compile_mode
         self._steps: dict[bool, Callable[[], None]] = {}
         self.compile_seconds = 0.0
-        self.collects = 0
+        self.unscanned = 0  # steps since running rows' stop strings were last scanned
         self.horizon = 1  # host bound: no live row has more than horizon - 1 tokens in its cache
 
     # ---- the device step ------------------------------------------------------
@@ -132,12 +133,14 @@ class DecodeFrame:
                 fn = self._steps[use_top_p] = self._compiled(use_top_p)
             if self.compile_mode == "reduce-overhead":
                 torch.compiler.cudagraph_mark_step_begin()
-            fn()
+            with decode_attention_on(self.model):
+                fn()
         else:  # eager: attend over the columns in use only
             upto = min(self.horizon, self.columns)
             self.cache.set_view(upto)
             self._step_impl(use_top_p, upto)
         self.horizon += 1
+        self.unscanned += 1
 
     def _compiled(self, use_top_p: bool) -> Callable[[], None]:
         _allow_bucket_recompiles()
@@ -225,8 +228,9 @@ class DecodeFrame:
         self.horizon = max(live, default=0) + 1
         # Stop strings are scanned every STOP_SCAN_EVERY steps (exact: the scan finds the first
         # completing token among the new ones, and the row is cut there), not after every token.
-        self.collects += 1
-        scan = self.collects % STOP_SCAN_EVERY == 0
+        scan = self.unscanned >= STOP_SCAN_EVERY
+        if scan:
+            self.unscanned = 0
         watch = [s for s, r in enumerate(self.rows) if r is not None and (done[s] or (scan and r.scanner.stops))]
         if not watch:
             return []

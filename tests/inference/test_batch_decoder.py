@@ -208,3 +208,32 @@ def test_every_bucket_compiles_past_torchs_default_limit_of_eight(model_tok, mon
             new_graphs.append(len(graphs) - before)
     torch._dynamo.reset()
     assert all(n > 0 for n in new_graphs), f"buckets that ran eagerly: {new_graphs}"
+
+
+def test_a_compiled_step_attends_through_decode_attention(model_tok, monkeypatch):
+    """Under compile the step's graph holds no SDPA call (no KV heads expanded per step:
+    `decode_attention`), and its samples are still what teacher forcing scores. (An eager
+    backend stands in for inductor: the graph is what is checked.)"""
+    import torch._dynamo
+
+    graphs: list = []
+
+    def recording(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, mode=None, dynamic=None: real_compile(fn, backend=recording,
+                                                                                           dynamic=dynamic))
+    torch._dynamo.reset()
+    model, tok = model_tok
+    dec = BatchDecoder(model, tok, compile=True)
+    prompts = _prompts(tok, 3)
+    gens = dec.generate(prompts, [SamplingConfig(temperature=0.7, max_tokens=8, seed=i) for i in range(3)])
+    torch._dynamo.reset()
+    targets = [str(n.target) for g in graphs for n in g.graph.nodes if n.op == "call_function"]
+    assert targets and not [t for t in targets if "scaled_dot_product" in t]
+    assert model.config._attn_implementation == "sdpa"  # restored after each step
+    for p, g in zip(prompts, gens):
+        ref = _teacher_forced_at(model, p, g.completion_token_ids, 0.7)
+        assert max(abs(a - b) for a, b in zip(ref, g.completion_logprobs)) < 1e-4
