@@ -197,7 +197,7 @@ class Trainer:
         return out.loss, out.metrics
 
     def _padded_scoring(self, mb: MicroBatch, temps: torch.Tensor | None) -> Callable:
-        ids, attention = to_device(mb.input_ids, self.ctx.device), to_device(mb.attention_mask, self.ctx.device)
+        ids, attention = to_device(mb.input_ids, self.ctx.device), self.batcher.attention_mask(mb)
         return lambda scorer, start, need_entropy: scorer(ids, attention, start, temps, need_entropy)
 
     def _packed_scoring(self, mb: MicroBatch, tempered: bool) -> Callable:

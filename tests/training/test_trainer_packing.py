@@ -114,7 +114,9 @@ def test_items_that_cannot_share_rows_stay_padded(tiny_model_dir):
     items = [SAWItem(torch.randint(4, 200, (n,), generator=g).tolist(), [1] * n, [0] * (n - 4) + [1] * 4, 1.0, {})
              for n in [100] + [60] * 20]
     shapes: list[tuple[int, int]] = []
-    model.register_forward_pre_hook(lambda _m, _a, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+    model.register_forward_pre_hook(  # training forwards (not the once-per-run no-grad checks)
+        lambda _m, _a, kw: shapes.append(tuple(kw["input_ids"].shape)) if torch.is_grad_enabled() else None,
+        with_kwargs=True)
     cfg = TrainerConfig(dtype="float32", micro_token_budget=10_000, max_seq_len=512, packing=True)
     m = Trainer(model, make_reinforce(), _Batches(SAWBatch(items)), cfg, tokenizer=tok).train_step()
     assert sorted(shapes) == [(1, 100), (20, 60)] and m["padding_waste"] == 0.0

@@ -141,7 +141,9 @@ def test_skipped_items_get_no_forward_pass(tiny_model_dir):
     for skip, scored in ((True, 7), (False, 10)):
         tr = _trainer(tiny_model_dir, make_grpo(), SAWBatch(_items(WEIGHTS)), skip=skip, micro_token_budget=40)
         rows: list[int] = []
-        tr.model.register_forward_pre_hook(lambda _m, _a, kw: rows.append(kw["input_ids"].shape[0]), with_kwargs=True)
+        tr.model.register_forward_pre_hook(  # training forwards (not the once-per-run no-grad checks)
+            lambda _m, _a, kw: rows.append(kw["input_ids"].shape[0]) if torch.is_grad_enabled() else None,
+            with_kwargs=True)
         m = tr.train_step()
         assert rows == [1] * scored and m["micro_batches"] == scored
 
