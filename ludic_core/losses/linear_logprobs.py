@@ -88,12 +88,16 @@ def linear_token_logprobs(
     temperatures: torch.Tensor | None = None,
     chunk_tokens: int = 4096,
     compute_dtype: torch.dtype = torch.float32,
+    positions: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """hidden [B, T, H] (the decoder's output), weight [V, H], input_ids [B, T] -> [B, T-1] fp32,
     where position t holds log softmax((hidden[:, t] W^T + b) / temperature)[input_ids[:, t+1]].
 
     Same numbers as `token_logprobs(lm_head(hidden), input_ids, ...)` to float tolerance.
     temperatures: [B], one per row, or [B, T], one per position (None = 1).
+    positions: indices into the flattened [B, T] grid of the only positions to score (a
+    trainer's action tokens: the output layer is a third of a small model's FLOPs, and
+    prompts, observations and padding need none of it); the others read 0.
     """
     if hidden.shape[:2] != input_ids.shape:
         raise ValueError(f"hidden {tuple(hidden.shape)} does not match input_ids {tuple(input_ids.shape)}")
@@ -103,6 +107,13 @@ def linear_token_logprobs(
     targets = torch.zeros_like(input_ids, dtype=torch.long)
     targets[:, :-1] = input_ids[:, 1:]  # the last position gets a dummy target, dropped below
     inv_temp = inverse_temperatures(temperatures, batch, width, hidden.device)
-    flat = _LinearTokenLogprob.apply(hidden.reshape(batch * width, size), weight, bias, targets.reshape(-1),
-                                     inv_temp, chunk_tokens, compute_dtype)
+    hidden, targets = hidden.reshape(batch * width, size), targets.reshape(-1)
+    if positions is None:
+        flat = _LinearTokenLogprob.apply(hidden, weight, bias, targets, inv_temp, chunk_tokens, compute_dtype)
+    else:
+        picked = _LinearTokenLogprob.apply(hidden.index_select(0, positions), weight, bias,
+                                           targets.index_select(0, positions),
+                                           inv_temp.index_select(0, positions) if inv_temp.numel() else inv_temp,
+                                           chunk_tokens, compute_dtype)
+        flat = picked.new_zeros(batch * width).index_copy(0, positions, picked)
     return flat.view(batch, width)[:, :-1]

@@ -59,11 +59,14 @@ class PolicyScorer:
 
     def __call__(self, ids: torch.Tensor, attention_mask: torch.Tensor | None, start: int,
                  temperatures: torch.Tensor | None, need_entropy: bool,
-                 position_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                 position_ids: torch.Tensor | None = None,
+                 positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """[B, T-1-start] log-probs of ids[:, start+1:] (and entropies of the same positions).
 
         Packed rows (`batching.packing`) come with `position_ids` and no attention
-        mask, and with one temperature per position ([B, T]) instead of per row."""
+        mask, and with one temperature per position ([B, T]) instead of per row.
+        `positions` (flat indices into the [B, T-start] grid) limits the log-probs to those
+        positions where log-probs come from hidden states; the others read 0."""
         if temperatures is not None and temperatures.dim() == 2:
             temperatures = temperatures[:, start:]
         inputs = {"input_ids": ids, "attention_mask": attention_mask, **self.no_cache}
@@ -72,7 +75,7 @@ class PolicyScorer:
         if self.head is not None:
             hidden = self._hidden_states(inputs)
             if hidden is not None:
-                return self._from_hidden(hidden[:, start:], ids[:, start:], temperatures, need_entropy)
+                return self._from_hidden(hidden[:, start:], ids[:, start:], temperatures, need_entropy, positions)
         return self._from_logits(inputs, start, temperatures, need_entropy)
 
     def _autocast(self) -> torch.autocast:
@@ -109,9 +112,10 @@ class PolicyScorer:
         log.warning("%s: %s; scoring from its full logits instead", type(self.model).__name__, why)
         self.head = None
 
-    def _from_hidden(self, hidden, ids, temperatures, need_entropy):
+    def _from_hidden(self, hidden, ids, temperatures, need_entropy, positions=None):
         logprobs = linear_token_logprobs(hidden, self.head.weight, self.head.bias, ids, temperatures=temperatures,
-                                         chunk_tokens=self.chunk_tokens, compute_dtype=self.compute_dtype)
+                                         chunk_tokens=self.chunk_tokens, compute_dtype=self.compute_dtype,
+                                         positions=positions)
         entropy = None
         if need_entropy:  # entropy needs every token's probability: logits for these positions only
             with self._autocast():

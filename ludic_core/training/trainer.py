@@ -198,7 +198,14 @@ class Trainer:
 
     def _padded_scoring(self, mb: MicroBatch, temps: torch.Tensor | None) -> Callable:
         ids, attention = to_device(mb.input_ids, self.ctx.device), self.batcher.attention_mask(mb)
-        return lambda scorer, start, need_entropy: scorer(ids, attention, start, temps, need_entropy)
+
+        def score(scorer, start, need_entropy):
+            # only the action tokens' positions are scored (found on the host: no sync)
+            at = torch.zeros(mb.input_ids[:, start:].shape, dtype=torch.bool)
+            at[:, :-1] = mb.action_mask[:, start + 1:] > 0
+            positions = to_device(at.flatten().nonzero().squeeze(1), self.ctx.device)
+            return scorer(ids, attention, start, temps, need_entropy, positions=positions)
+        return score
 
     def _packed_scoring(self, mb: MicroBatch, tempered: bool) -> Callable:
         """Score the packed rows whole, then lay each item's values out in its own row

@@ -73,3 +73,29 @@ def test_nothing_of_size_tokens_x_vocab_is_kept_for_backward():
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         linear_token_logprobs(hidden, weight, None, ids, chunk_tokens=16)
     assert max(biggest) == weight.numel()  # the weight itself; no [128, 1000] logits
+
+
+@pytest.mark.parametrize("with_temps", [False, True])
+def test_scoring_only_some_positions_gives_theirs_zero_elsewhere_and_their_gradients(with_temps, device):
+    """positions = a trainer's action tokens: the values there and every gradient equal the
+    full computation masked to them; the other positions read 0."""
+    torch.manual_seed(1)
+    hidden, weight = torch.randn(3, 6, 8, device=device), torch.randn(40, 8, device=device)
+    ids = torch.randint(0, 40, (3, 6), device=device)
+    temps = torch.tensor([[1.0] * 6, [0.7] * 6, [0.5] * 6], device=device) if with_temps else None  # per position
+    keep = torch.zeros(3, 6, dtype=torch.bool)
+    keep[0, 2:5] = keep[2, 0] = keep[2, 4] = True  # position t scores token t+1; t=5 has none
+    positions = keep.flatten().nonzero().squeeze(1).to(device)
+    upstream = torch.randn(3, 5, device=device)
+    mine = [t.clone().requires_grad_() for t in (hidden, weight)]
+    full = [t.clone().requires_grad_() for t in (hidden, weight)]
+    got = linear_token_logprobs(*mine, None, ids, temperatures=temps, chunk_tokens=2, positions=positions)
+    want = linear_token_logprobs(*full, None, ids, temperatures=temps, chunk_tokens=2)
+    mask = keep[:, :-1].to(device)
+    assert torch.equal(got[~mask], torch.zeros_like(got[~mask]))
+    assert torch.allclose(got[mask], want[mask], atol=1e-6)
+    (got * upstream).sum().backward()
+    (want * upstream * mask).sum().backward()
+    for a, b in zip(mine, full):
+        assert torch.allclose(a.grad, b.grad, atol=1e-5)
+    assert mine[0].grad[1].abs().max() == 0  # row 1 scores nothing: no gradient reaches its hidden states
