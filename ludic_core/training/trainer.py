@@ -35,6 +35,7 @@ from ludic_core.device import place_model, resolve_dtype
 from ludic_core.losses import LossInputs, is_inert
 from ludic_core.training import distributed as dist_utils
 from ludic_core.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from ludic_core.training.compiled_layers import compile_layers
 from ludic_core.training.lora import adapter_config, adapter_state_dict, apply_lora, is_lora, merged_state_dict
 from ludic_core.training.micro_batches import MicroBatcher, is_pad, to_device
 from ludic_core.training.schedules import lr_multiplier
@@ -64,6 +65,8 @@ class Trainer:
     ) -> None:
         self.cfg = config
         self.ctx = ctx or dist_utils.init_distributed(config.device)
+        if config.compile and self.ctx.is_distributed:
+            raise ValueError("trainer.compile runs in one process only: under torchrun (FSDP) leave it off")
         torch.manual_seed(config.seed)
         random.seed(config.seed)
         # KL-to-reference terms compare with the weights handed in (the run's starting
@@ -82,6 +85,8 @@ class Trainer:
                 self.ctx = dataclasses.replace(self.ctx, device=device)
         self.model = dist_utils.shard_model(model, self.ctx)
         self.model.train()
+        if config.compile:
+            compile_layers(self.model)
         self.compute_dtype = resolve_dtype(config.dtype, self.ctx.device)
         self.scorer = PolicyScorer(self.model, device_type=self.ctx.device.type, compute_dtype=self.compute_dtype,
                                    chunk_tokens=config.logprob_chunk_tokens)
