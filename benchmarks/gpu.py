@@ -14,8 +14,8 @@ Sections (`--sections`, all by default):
   each, 32k-token budget). tok/s counts real (non-pad) tokens; MFU =
   6 * N * tok/s / peak (989 TFLOP/s: H100 bf16 dense); peak memory is
   torch.cuda.max_memory_allocated over one step (resident = weights + AdamW).
-  A third contestant packs every micro-batch (`batching.packing`) under
-  `--packed-attn` (FlexAttention on CUDA: block-sparse document masks).
+  A third contestant is the Trainer with `compile: true` (its own copy of the
+  model); `--packed-attn flex_attention` adds one that packs every micro-batch.
 - generate: `LocalChatClient` vs `model.generate` on one bf16 model, batch 64
   and 128, exactly 128 new tokens per row (the client's eos set is replaced by
   an impossible id; generate gets min_new_tokens == max_new_tokens), pure
@@ -29,7 +29,10 @@ Sections (`--sections`, all by default):
   prompts and verifier, one 128-completion generation and one optimizer step
   per step (use_vllm False, gradient checkpointing off, fp32 master weights +
   bf16 autocast). ludic's steps first, then TRL's alone (both at once do
-  not fit one 80 GB GPU); medians after a warm-up step.
+  not fit one 80 GB GPU); medians after a warm-up step. Random weights earn
+  no reward, so ludic's trainer skips every item (zero advantage); its "no
+  skip" steps (`skip_inert: false`) score and back-propagate all of them: the
+  cost of a step in which every group carries signal.
 Steps are interleaved and medians reported; nothing is asserted about time.
 
     python benchmarks/gpu.py                          # on a CUDA machine
@@ -236,6 +239,7 @@ def section_trainer(args, s: Sizes, device: torch.device) -> None:
     from ludic_core.algorithms import make_reinforce
     from ludic_core.batching.collate import collate_micro_batches
     from ludic_core.config import TrainerConfig
+    from ludic_core.training.micro_batches import FORWARD_COST_TOKENS
     from ludic_core.training.trainer import Trainer
 
     model, tok = build_model(s, device)
@@ -244,37 +248,46 @@ def section_trainer(args, s: Sizes, device: torch.device) -> None:
     cfg = TrainerConfig(lr=1e-5, micro_token_budget=s.budget, max_seq_len=s.item_len[1],
                         device=args.device, dtype="bfloat16")
     trainer = Trainer(model, make_reinforce(), FixedSource(items), cfg, tokenizer=tok)
-    mbs = collate_micro_batches(items, micro_token_budget=s.budget, pad_id=trainer.pad_id)
+    mbs = collate_micro_batches(items, micro_token_budget=s.budget, pad_id=trainer.pad_id,
+                                batch_overhead_tokens=FORWARD_COST_TOKENS.get(device.type, 8192))
     num_tokens = sum(mb.action_tokens for mb in mbs)
     real = sum(mb.real_tokens for mb in mbs)
     contestants = {  # the same model and AdamW: only the step's computation differs
         "ludic Trainer": trainer.train_step,
         "bare bf16 loop": lambda: bare_step(trainer.model, trainer.optimizer, mbs, num_tokens, device),
     }
-    attn = args.packed_attn or ("flex_attention" if device.type == "cuda" else "sdpa")
+    if not args.no_compile:  # its own copy of the model: compiling changes the layers in place
+        compiled = Trainer(copy.deepcopy(model), make_reinforce(), FixedSource(items),
+                           cfg.model_copy(update={"compile": True}), tokenizer=tok)
+        contestants["Trainer, compiled"] = compiled.train_step
+    attn = args.packed_attn or "none"
     if attn != "none":  # the same model again, always packed rows under a document mask (its own AdamW)
         packed = PackedTrainer(model, make_reinforce(), FixedSource(items), cfg.model_copy(update={"packing": True}),
                                tokenizer=tok)
         contestants[f"packed, {attn.split('_')[0]}"] = with_attention(packed.model, attn, packed.train_step)
+    t0 = time.perf_counter()
     times, peak, resident, oom = interleave(contestants, args.repeats or s.train_steps, device,
                                             on_oom=lambda: trainer.optimizer.zero_grad(set_to_none=True))
+    print(f"(trainer section: {time.perf_counter() - t0:.0f} s, the compiled contestant's one-off compile included)")
     lengths = sorted(len(i) for i in items)
     scorer = getattr(trainer, "scorer", None)
     path = "fused lm_head, no logits" if getattr(scorer, "fused", False) else "chunked, from logits"
     print(f"\n== trainer: {len(items)} items of {lengths[0]}..{lengths[-1]} tokens ({real} real), "
           f"{len(mbs)} micro-batches at budget {s.budget}, bf16 autocast, N={n_params / 1e6:.0f}M params; "
           f"Trainer log-probs: {path}")
-    print(f"{'loop':<18}{'median s':>9}{'tok/s':>9}{'MFU':>7}{'peak GiB':>10}{'resident':>9}")
+    print(f"{'loop':<20}{'median s':>9}{'tok/s':>9}{'MFU':>7}{'peak GiB':>10}{'resident':>9}")
     tps = {}
     for name in contestants:
         if name in oom or not times[name]:
-            print(f"{name:<18}{'OOM':>9}")
+            print(f"{name:<20}{'OOM':>9}")
             continue
         med = statistics.median(times[name])
         tps[name] = real / med
         mfu = f"{6 * n_params * tps[name] / (args.peak_tflops * 1e12) * 100:.1f}%" if device.type == "cuda" else "n/a"
         mem = (gib(peak[name]), gib(resident[name])) if device.type == "cuda" else ("n/a", "n/a")
-        print(f"{name:<18}{med:>9.3f}{tps[name]:>9.0f}{mfu:>7}{mem[0]:>10}{mem[1]:>9}")
+        print(f"{name:<20}{med:>9.3f}{tps[name]:>9.0f}{mfu:>7}{mem[0]:>10}{mem[1]:>9}")
+    print(f"Trainer micro-batches: {trainer.history[-1]['micro_batches']:.0f}, padded rows without a mask: "
+          f"{trainer.batcher.causal}")
     base = "bare bf16 loop"
     for name in (n for n in tps if n != base and base in tps):
         line = f"ratio ({name} / bare) tok/s: {tps[name] / tps[base]:.2f}x"
@@ -439,28 +452,33 @@ def section_grpo(args, s: Sizes, device: torch.device) -> None:
     print(f"\n== GRPO step: {s.prompts} prompts x {s.group} completions, <= {s.grpo_tokens} new tokens, "
           f"T=0.7, KL 0, bf16, no vLLM")
     trainer, source = ludic_grpo(args, s, device, msgs, answers)
-    ludic, rollout_s, lengths = [], [], []
-    for _ in range(1 + n_steps):  # a warm-up step, then the timed ones
-        sync(device)
-        t0 = time.perf_counter()
-        trainer.train_step()
-        sync(device)
-        ludic.append(time.perf_counter() - t0)
-        rollout_s.append(source.engine.stats["seconds"])
-        rs = source.last_rollouts
-        lengths.append(sum(len(st.trace.completion_token_ids) for r in rs for st in r.steps if st.trace)
-                       / max(len(rs), 1))
-    del ludic[0], rollout_s[0], lengths[0]
-    med = statistics.median(ludic)
+    runs = {}
+    # "no skip": every item scored and back-propagated, as if every group carried signal (random
+    # weights earn no reward, so with the skip the trainer has nothing to do); same client and frames
+    for label, skip in (("ludic", True), ("ludic, no skip", False)):
+        trainer.cfg = trainer.cfg.model_copy(update={"skip_inert": skip})
+        ludic, rollout_s, lengths = [], [], []
+        for _ in range(1 + n_steps):  # a warm-up step, then the timed ones
+            sync(device)
+            t0 = time.perf_counter()
+            trainer.train_step()
+            sync(device)
+            ludic.append(time.perf_counter() - t0)
+            rollout_s.append(source.engine.stats["seconds"])
+            rs = source.last_rollouts
+            lengths.append(sum(len(st.trace.completion_token_ids) for r in rs for st in r.steps if st.trace)
+                           / max(len(rs), 1))
+        skipped = [h.get("skipped_items", 0.0) for h in trainer.history[-n_steps:]]
+        runs[label] = (ludic[1:], rollout_s[1:], lengths[1:], statistics.mean(skipped))
     stats = trainer.publisher.client.stats
     peak = f"{gib(torch.cuda.max_memory_allocated(device))} GiB peak" if device.type == "cuda" else ""
     print(f"ludic decoded {stats['requests']} requests in {stats['batches']} batches (largest {stats['max_batch']}),"
           f" decode compile + capture {stats['compile_seconds']:.1f} s once  {peak}")
-    skipped = [h.get("skipped_items", 0.0) for h in trainer.history[1:]]
-    if skipped:
-        print(f"zero-advantage items skipped per step: {statistics.mean(skipped):.1f} of {s.prompts * s.group}")
-    print(f"{'trainer':<18}{'median step s':>14}{'rollout s':>10}{'mean completion':>16}")
-    print(f"{'ludic':<18}{med:>14.3f}{statistics.median(rollout_s):>10.3f}{statistics.mean(lengths):>16.1f}")
+    print(f"{'trainer':<18}{'median step s':>14}{'rollout s':>10}{'mean completion':>16}{'items skipped':>15}")
+    for label, (ludic, rollout_s, lengths, skipped) in runs.items():
+        print(f"{label:<18}{statistics.median(ludic):>14.3f}{statistics.median(rollout_s):>10.3f}"
+              f"{statistics.mean(lengths):>16.1f}{skipped:>15.1f}")
+    meds = {label: statistics.median(r[0]) for label, r in runs.items()}
     # TRL runs alone: both at once do not fit one 80 GB GPU (TRL scores 128 full-vocab rows at once),
     # so the two are not interleaved; ludic's model, optimizer and client copy are freed first.
     del trainer, source
@@ -479,7 +497,8 @@ def section_grpo(args, s: Sizes, device: torch.device) -> None:
         mean_len = f"{statistics.mean(trl_lengths):>16.1f}" if trl_lengths else f"{'?':>16}"
         peak = f"  {gib(torch.cuda.max_memory_allocated(device))} GiB peak" if device.type == "cuda" else ""
         print(f"{'TRL GRPOTrainer':<18}{trl_med:>14.3f}{'-':>10}{mean_len}{peak}")
-        print(f"ratio (TRL step s / ludic step s): {trl_med / med:.2f}x   (> 1: ludic faster)")
+        for label, med in meds.items():
+            print(f"ratio ({label} step s / TRL step s): {med / trl_med:.2f}x   (< 1: ludic faster)")
 
 
 SECTIONS = {"trainer": section_trainer, "generate": section_generate, "grpo": section_grpo}
@@ -491,8 +510,9 @@ def main() -> int:
     ap.add_argument("--small", action="store_true", help="tiny model and batches (for a CPU run in minutes)")
     ap.add_argument("--sections", nargs="+", choices=list(SECTIONS), default=list(SECTIONS))
     ap.add_argument("--repeats", type=int, help="timed steps / runs per contestant (default: per section)")
-    ap.add_argument("--packed-attn", help="attention for the trainer section's packed contestant: flex_attention "
-                    "(the CUDA default), sdpa (a dense document mask; the CPU default) or none")
+    ap.add_argument("--packed-attn", help="attention for the trainer section's packed contestant, if any: "
+                    "flex_attention, sdpa (a dense document mask) or none (the default)")
+    ap.add_argument("--no-compile", action="store_true", help="leave out the trainer section's compiled contestant")
     ap.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak for MFU (H100 SXM: 989)")
     args = ap.parse_args()
     if args.device != "cpu" and not cuda_available():
