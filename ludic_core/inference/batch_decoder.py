@@ -233,6 +233,7 @@ class BatchDecoder:
         top_ps = (torch.tensor([r.sampling.top_p for r in rows], dtype=torch.float32, device=device)
                   if any(r.sampling.top_p < 1.0 for r in rows) else None)
         uniforms = step_uniforms(torch.tensor([r.seed for r in rows], device=device), steps)
+        greedy = any(r.sampling.temperature == 0 for r in rows)
         logprobs = torch.zeros((len(rows), steps), dtype=torch.float32, device=device)
         live_at = torch.arange(len(rows), device=device)  # row index of each live batch slot
         from transformers import DynamicCache
@@ -245,7 +246,7 @@ class BatchDecoder:
         reasons: dict[int, str] = {}
         next_pos = positions[:, -1] + 1
         for step in range(steps):
-            tokens, lps = sample_tokens(out.logits[:, -1, :], temps, top_ps, uniforms[:, step])
+            tokens, lps = sample_tokens(out.logits[:, -1, :], temps, top_ps, uniforms[:, step], greedy_rows=greedy)
             logprobs[live_at, step] = lps
             keep: list[int] = []
             for j, (i, token) in enumerate(zip(live, tokens.tolist())):  # the one host transfer

@@ -98,13 +98,13 @@ class DecodeFrame:
             torch._dynamo.mark_static_address(t)
         self.rows: list[RowState | None] = [None] * slots
         self.compile_mode = compile_mode
-        self._steps: dict[bool, Callable[[], None]] = {}
+        self._steps: dict[tuple[bool, bool], Callable[[], None]] = {}  # by (top-p rows, greedy rows)
         self.compile_seconds = 0.0
         self.unscanned = 0  # steps since running rows' stop strings were last scanned
         self.horizon = 1  # host bound: no live row has more than horizon - 1 tokens in its cache
 
     # ---- the device step ------------------------------------------------------
-    def _step_impl(self, use_top_p: bool, upto: int | None = None) -> None:
+    def _step_impl(self, use_top_p: bool, greedy: bool, upto: int | None = None) -> None:
         cols = self.col_index if upto is None else self.col_index[:upto]
         visible = (cols[None, :] <= self.lengths[:, None])[:, None, None, :]
         if self.mask_fill is not None:  # eager attention adds its mask
@@ -114,7 +114,7 @@ class DecodeFrame:
                          use_cache=True, **{self.cache_kwarg: self.cache})
         k = self.produced.clamp_max(self.columns - 1)[:, None]
         tok, lp = sample_tokens(out.logits[:, -1, :], self.temps, self.top_ps if use_top_p else None,
-                                self.uniforms.gather(1, k).squeeze(1))
+                                self.uniforms.gather(1, k).squeeze(1), greedy_rows=greedy)
         self.out_tokens.scatter_(1, k, tok[:, None])
         self.out_logprobs.scatter_(1, k, lp[:, None])
         self.tokens.copy_(tok[:, None])
@@ -125,12 +125,13 @@ class DecodeFrame:
 
     def step(self) -> None:
         """One decode step for every slot (compiled on its first use in this frame, if compiling)."""
-        use_top_p = any(r is not None and r.sampling.top_p < 1.0 for r in self.rows)
+        rows = [r for r in self.rows if r is not None]
+        variant = (any(r.sampling.top_p < 1.0 for r in rows), any(r.sampling.temperature == 0 for r in rows))
         if self.compile_mode is not None:
             self.cache.set_view(None)
-            fn = self._steps.get(use_top_p)
+            fn = self._steps.get(variant)
             if fn is None:
-                fn = self._steps[use_top_p] = self._compiled(use_top_p)
+                fn = self._steps[variant] = self._compiled(*variant)
             if self.compile_mode == "reduce-overhead":
                 torch.compiler.cudagraph_mark_step_begin()
             with decode_attention_on(self.model):
@@ -138,26 +139,26 @@ class DecodeFrame:
         else:  # eager: attend over the columns in use only
             upto = min(self.horizon, self.columns)
             self.cache.set_view(upto)
-            self._step_impl(use_top_p, upto)
+            self._step_impl(*variant, upto)
         self.horizon += 1
         self.unscanned += 1
 
-    def _compiled(self, use_top_p: bool) -> Callable[[], None]:
+    def _compiled(self, use_top_p: bool, greedy: bool) -> Callable[[], None]:
         _allow_bucket_recompiles()
         compiled = torch.compile(self._step_impl, mode=self.compile_mode, dynamic=False)
         first = [True]
 
         def run() -> None:
             if not first[0]:
-                compiled(use_top_p)
+                compiled(use_top_p, greedy)
                 return
             start = time.perf_counter()  # the one-off cost of this bucket: trace, compile, capture
             try:
-                compiled(use_top_p)
+                compiled(use_top_p, greedy)
             except Exception as exc:  # no compiler, an unsupported op...: decode eagerly
                 log.warning("decode step not compiled (%s: %s); decoding eagerly", type(exc).__name__, exc)
                 self.compile_mode = None
-                self._step_impl(use_top_p, None)
+                self._step_impl(use_top_p, greedy, None)
             self.compile_seconds += time.perf_counter() - start
             first[0] = False
         return run
@@ -200,7 +201,8 @@ class DecodeFrame:
         top_ps = torch.tensor([r.sampling.top_p for r in rows], dtype=torch.float32, **z)
         uniforms = step_uniforms(torch.tensor([r.seed for r in rows], **z), self.columns)
         any_top_p = any(r.sampling.top_p < 1.0 for r in rows)
-        tok, lp = sample_tokens(logits, temps, top_ps if any_top_p else None, uniforms[:, 0])
+        tok, lp = sample_tokens(logits, temps, top_ps if any_top_p else None, uniforms[:, 0],
+                                greedy_rows=any(r.sampling.temperature == 0 for r in rows))
         limits = torch.tensor([r.max_new for r in rows], dtype=torch.long, **z)
         self.lengths[at] = torch.tensor([len(r.prompt) for r in rows], dtype=torch.long, **z)
         self.tokens[at] = tok[:, None]

@@ -103,3 +103,40 @@ def test_step_uniforms_are_uniform_reproducible_and_per_seed():
     # a row's uniforms depend on its own seed only (not on its batch-mates or their order)
     assert torch.equal(step_uniforms(seeds[[4, 1]], 4000), u[[4, 1]])
     assert torch.equal(step_uniforms(seeds, 10), u[:, :10])
+
+
+def _one_scan(logits: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """The definition: the first token whose fp64 cumulative probability exceeds u * total."""
+    cdf = torch.log_softmax(logits.float(), -1).exp().cumsum(-1, dtype=torch.float64)
+    return torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).squeeze(-1)
+
+
+@pytest.mark.parametrize("vocab", [3000, 151_936])
+def test_a_wide_vocabulary_is_searched_in_two_levels_with_the_same_draws(vocab):
+    """Block sums pick the block, one block is scanned: the draws equal one full scan's."""
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(64, vocab, generator=g) * 3
+    u = step_uniforms(torch.arange(64), 1)[:, 0]
+    tok, lp = sample_tokens(logits, torch.ones(64), None, u, greedy_rows=False)
+    assert torch.equal(tok, _one_scan(logits, u))
+    assert torch.allclose(lp, torch.log_softmax(logits, -1).gather(1, tok[:, None]).squeeze(1))
+
+
+def test_two_level_draws_never_land_on_zero_probability_tokens():
+    """Whole blocks of zeros (a top-p nucleus) and uniforms at both ends: every draw has p > 0,
+    and the far end of the vocabulary (p = 1e-12, the last token) keeps its own interval."""
+    vocab = 5000
+    logits = torch.full((1, vocab), float("-inf"))
+    logits[0, [3, 1023, 1024, 2047, 4097]] = 0.0  # a block's last and the next block's first entry
+    logits[0, vocab - 1] = math.log(1e-12)
+    u = torch.tensor([0.0, 0.2, 0.2 + 1e-12, 0.4, 0.6, 0.8, 0.999999, 1.0 - 2 ** -53], dtype=torch.float64)
+    tok, _ = sample_tokens(logits.expand(len(u), vocab), torch.ones(len(u)), None, u, greedy_rows=False)
+    assert tok.tolist() == _one_scan(logits.expand(len(u), vocab), u).tolist()
+    assert set(tok.tolist()) <= {3, 1023, 1024, 2047, 4097, vocab - 1} and tok[-1] == vocab - 1
+
+
+def test_without_greedy_rows_a_zero_temperature_row_samples_at_temperature_one():
+    """greedy_rows=False is the caller's promise that no row is greedy: no argmax is taken."""
+    u = torch.tensor([0.01], dtype=torch.float64)
+    assert sample_tokens(LOGITS, torch.tensor([0.0]), None, u, greedy_rows=False)[0].tolist() == [0]
+    assert sample_tokens(LOGITS, torch.tensor([0.0]), None, u)[0].tolist() == [2]
