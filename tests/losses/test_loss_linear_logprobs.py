@@ -99,3 +99,30 @@ def test_scoring_only_some_positions_gives_theirs_zero_elsewhere_and_their_gradi
     for a, b in zip(mine, full):
         assert torch.allclose(a.grad, b.grad, atol=1e-5)
     assert mine[0].grad[1].abs().max() == 0  # row 1 scores nothing: no gradient reaches its hidden states
+
+
+@pytest.mark.heavy  # inductor compiles two functions per case on the CPU (~15 s)
+@pytest.mark.parametrize("with_temps", [False, True])
+def test_the_compiled_softmax_path_gives_the_eager_values_and_gradients(with_temps, monkeypatch):
+    """What runs on a GPU in bf16 (`_FUSED`: compiled chunk functions reading bf16 logits),
+    forced on the CPU: the same values and gradients as the eager path."""
+    from ludic_core.losses import linear_logprobs as ll
+
+    torch.manual_seed(2)
+    hidden, weight = torch.randn(2, 9, 16), torch.randn(300, 16)
+    ids = torch.randint(0, 300, (2, 9))
+    temps = torch.tensor([0.7, 1.3]) if with_temps else None
+    upstream = torch.randn(2, 8)
+    runs = {}
+    for fused in (False, True):
+        monkeypatch.setattr(ll, "_fuses", lambda *a, fused=fused: fused)
+        monkeypatch.setattr(ll, "_FUSED", ll._Fused())
+        leaves = [t.clone().requires_grad_() for t in (hidden, weight)]
+        got = linear_token_logprobs(*leaves, None, ids, temperatures=temps, chunk_tokens=5,
+                                    compute_dtype=torch.bfloat16)
+        (got * upstream).sum().backward()
+        runs[fused] = (got, *(t.grad for t in leaves))
+        if fused:
+            assert not ll._FUSED.failed and set(ll._FUSED.fns) == {"logprobs", "grad"}
+    for a, b in zip(runs[True], runs[False]):
+        assert torch.allclose(a, b, atol=1e-4, rtol=1e-4), (a - b).abs().max()
