@@ -1,13 +1,15 @@
 """Attention for a compiled decode step: one query per row against its own slot's keys.
 
-Why not SDPA there: under `torch.compile`, transformers expands grouped KV heads
-to every query head (`repeat_kv`, a copy of the whole cache at every step), and
-SDPA's masked kernels tile 64 queries where a decode step has one. On an H200
-(Qwen2.5-0.5B's shape, batch 128, 512 columns) that cost 240 us per layer, 75%
-of a CUDA-graph step. Here the query heads of one KV group attend together and
-the attention is a pointwise product and two reductions with fp32 accumulation
-(as SDPA's kernels accumulate), which inductor fuses into kernels that read each
-key and value once.
+Under `torch.compile`, transformers expands grouped KV heads to every query head
+(`repeat_kv`, a copy of the whole cache at every step), and SDPA's masked kernels
+then tile 64 queries where a decode step has one per head. Here the query heads
+that share a KV head are laid out as that group's positions (what transformers
+itself does in eager decoding), so no cache is copied and each kernel tile holds
+a whole group. SDPA's kernels accumulate in fp32 as before.
+
+On an H200 (Qwen2.5-0.5B's shape: 14 query and 2 KV heads; batch 128, 1024
+columns) a CUDA-graph step took 4.95 ms this way, against 13.4 ms with an
+inductor-fused pointwise attention and ~11 ms with `repeat_kv` at 512 columns.
 
 Everything else (prefill, eager decode steps, training, a model with logit
 soft-capping or attention sinks) goes to transformers' own SDPA.
@@ -32,7 +34,8 @@ def decode_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value:
                      attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                      **kwargs: Any) -> tuple[torch.Tensor, None]:
     """query [B, H, 1, D], key/value [B, G, C, D] (G KV heads), a 4-D mask [B, 1, 1, C]
-    (bool: True attends; or additive) -> ([B, 1, H, D], None), transformers' layout."""
+    (bool: True attends; or additive, shared by every head) -> ([B, 1, H, D], None),
+    transformers' layout."""
     if (query.shape[2] != 1 or attention_mask is None or attention_mask.dim() != 4 or kwargs.get("softcap")
             or kwargs.get("s_aux") is not None or not torch.compiler.is_compiling()):
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -41,18 +44,10 @@ def decode_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value:
                                       **kwargs)
     batch, heads, _, dim = query.shape
     groups = key.shape[1]
-    scale = scaling if scaling is not None else dim ** -0.5
-    # query heads h = g * (heads // groups) + r share KV head g (transformers' `repeat_kv` order)
-    q = query.reshape(batch, groups, heads // groups, 1, dim).float()
-    scores = (q * key[:, :, None].float()).sum(-1) * scale  # [B, G, heads/G, C]
-    mask = attention_mask[:, :1]  # shared by every head
-    if mask.dtype == torch.bool:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    else:
-        scores = scores + mask.float()
-    probs = torch.softmax(scores, dim=-1)
-    out = (probs[..., None] * value[:, :, None].float()).sum(-2)  # [B, G, heads/G, D]
-    return out.to(query.dtype).reshape(batch, 1, heads, dim), None
+    grouped = query.reshape(batch, groups, heads // groups, dim)  # a KV group's query heads as its positions
+    out = torch.nn.functional.scaled_dot_product_attention(
+        grouped, key, value, attn_mask=attention_mask[:, :1], scale=scaling if scaling is not None else dim ** -0.5)
+    return out.reshape(batch, 1, heads, dim), None
 
 
 def _register() -> None:

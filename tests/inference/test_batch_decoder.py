@@ -210,12 +210,20 @@ def test_every_bucket_compiles_past_torchs_default_limit_of_eight(model_tok, mon
     assert all(n > 0 for n in new_graphs), f"buckets that ran eagerly: {new_graphs}"
 
 
-def test_a_compiled_step_attends_through_decode_attention(model_tok, monkeypatch):
-    """Under compile the step's graph holds no SDPA call (no KV heads expanded per step:
-    `decode_attention`), and its samples are still what teacher forcing scores. (An eager
-    backend stands in for inductor: the graph is what is checked.)"""
+def test_a_compiled_step_attends_through_decode_attention(tiny_model_and_tokenizer, device, monkeypatch):
+    """Under compile a grouped-query model's step hands SDPA each KV group's query heads as
+    that group's positions (`decode_attention`): no KV head is copied out per query head,
+    and the samples are still what teacher forcing scores. (An eager backend stands in for
+    inductor: the graph is what is checked.)"""
     import torch._dynamo
+    from transformers import LlamaConfig, LlamaForCausalLM
 
+    _, tok = tiny_model_and_tokenizer
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
+                                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id))
+    model = model.to(device).eval()
     graphs: list = []
 
     def recording(gm, example_inputs):
@@ -226,13 +234,16 @@ def test_a_compiled_step_attends_through_decode_attention(model_tok, monkeypatch
     monkeypatch.setattr(torch, "compile", lambda fn, mode=None, dynamic=None: real_compile(fn, backend=recording,
                                                                                            dynamic=dynamic))
     torch._dynamo.reset()
-    model, tok = model_tok
     dec = BatchDecoder(model, tok, compile=True)
     prompts = _prompts(tok, 3)
     gens = dec.generate(prompts, [SamplingConfig(temperature=0.7, max_tokens=8, seed=i) for i in range(3)])
     torch._dynamo.reset()
-    targets = [str(n.target) for g in graphs for n in g.graph.nodes if n.op == "call_function"]
-    assert targets and not [t for t in targets if "scaled_dot_product" in t]
+    calls = [n for g in graphs for n in g.graph.nodes
+             if n.op == "call_function" and "scaled_dot_product" in str(n.target)]
+    assert len(calls) == 2  # one per layer
+    for n in calls:
+        q, k = (a.meta["example_value"].shape for a in n.args[:2])
+        assert (q[1], q[2], k[1]) == (2, 2, 2)  # [B, KV groups, query heads per group, D] against 2 KV heads
     assert model.config._attn_implementation == "sdpa"  # restored after each step
     for p, g in zip(prompts, gens):
         ref = _teacher_forced_at(model, p, g.completion_token_ids, 0.7)

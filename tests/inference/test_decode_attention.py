@@ -36,7 +36,7 @@ def test_compiled_decode_attention_equals_sdpa_over_repeated_kv_heads(additive):
 
 
 def test_bf16_inputs_accumulate_in_fp32():
-    """bf16 keys and values, fp32 scores and sums (as SDPA's kernels): within bf16's output rounding."""
+    """bf16 queries, keys and values: within bf16's output rounding of the fp32 result."""
     q, k, v, mask = _inputs(dtype=torch.bfloat16)
     traced = torch.compile(lambda *a: decode_attention(None, *a)[0], backend="eager", fullgraph=True)
     got = traced(q, k, v, mask)
