@@ -250,3 +250,24 @@ def teacher_logprobs():
         return out
 
     return compute
+
+
+@pytest.fixture
+def recording_compile(monkeypatch):
+    """torch.compile with an eager backend that records each graph it is handed: dynamo traces
+    as it would for inductor, nothing is compiled. Yields the list of graphs."""
+    import torch
+    import torch._dynamo
+
+    graphs: list = []
+
+    def recording(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    real = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: real(fn, backend=recording,
+                                                                **{k: v for k, v in kw.items() if k != "backend"}))
+    torch._dynamo.reset()
+    yield graphs
+    torch._dynamo.reset()

@@ -178,24 +178,15 @@ def test_eager_attention_models_get_an_additive_mask(tiny_model_dir, device):
 
 
 @pytest.mark.heavy  # nine traces of the model: 1.5-3 minutes on 2 cores
-def test_every_bucket_compiles_past_torchs_default_limit_of_eight(model_tok, monkeypatch):
+def test_every_bucket_compiles_past_torchs_default_limit_of_eight(model_tok, monkeypatch, recording_compile):
     """A long run meets many buckets (slots x columns), each one compile of the same step.
     torch stops compiling a function after 8 by default and then runs it eagerly, silently;
     every bucket here must still get its own graphs. (An eager backend stands in for inductor:
     what is checked is that dynamo compiles, not what it compiles to.)"""
     import torch._dynamo
 
-    graphs: list = []
-
-    def counting(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
-
-    real_compile = torch.compile
-    monkeypatch.setattr(torch, "compile", lambda fn, mode=None, dynamic=None: real_compile(fn, backend=counting,
-                                                                                           dynamic=dynamic))
+    graphs = recording_compile
     monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 8)  # torch's default, whatever ran before
-    torch._dynamo.reset()
     model, tok = model_tok
     dec = BatchDecoder(model, tok, compile=True)
     new_graphs = []
@@ -212,7 +203,7 @@ def test_every_bucket_compiles_past_torchs_default_limit_of_eight(model_tok, mon
     assert all(n > 0 for n in new_graphs), f"buckets that ran eagerly: {new_graphs}"
 
 
-def test_a_compiled_step_attends_through_decode_attention(tiny_model_and_tokenizer, device, monkeypatch):
+def test_a_compiled_step_attends_through_decode_attention(tiny_model_and_tokenizer, device, recording_compile):
     """Under compile a grouped-query model's step hands SDPA each KV group's query heads as
     that group's positions (`decode_attention`): no KV head is copied out per query head,
     and the samples are still what teacher forcing scores. (An eager backend stands in for
@@ -226,16 +217,7 @@ def test_a_compiled_step_attends_through_decode_attention(tiny_model_and_tokeniz
                                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                                          eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id))
     model = model.to(device).eval()
-    graphs: list = []
-
-    def recording(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
-
-    real_compile = torch.compile
-    monkeypatch.setattr(torch, "compile", lambda fn, mode=None, dynamic=None: real_compile(fn, backend=recording,
-                                                                                           dynamic=dynamic))
-    torch._dynamo.reset()
+    graphs = recording_compile
     dec = BatchDecoder(model, tok, compile=True)
     prompts = _prompts(tok, 3)
     gens = dec.generate(prompts, [SamplingConfig(temperature=0.7, max_tokens=8, seed=i) for i in range(3)])

@@ -11,25 +11,6 @@ from tests.training.test_trainer_packing import _trainer
 from tests.training.test_trainer_skip import _assert_same_grads, _step_with_grads
 
 
-@pytest.fixture
-def recording_compile(monkeypatch):
-    """torch.compile with an eager backend that records each graph (dynamo traces; no inductor)."""
-    import torch._dynamo
-
-    graphs: list = []
-
-    def recording(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
-
-    real = torch.compile
-    monkeypatch.setattr(torch, "compile", lambda fn, **kw: real(fn, backend=recording,
-                                                                **{k: v for k, v in kw.items() if k != "backend"}))
-    torch._dynamo.reset()
-    yield graphs
-    torch._dynamo.reset()
-
-
 def test_compiled_layers_train_to_the_same_gradient(tiny_model_dir, recording_compile):
     model, tok = load_model_and_tokenizer(tiny_model_dir)
     plain, g_plain = _step_with_grads(_trainer(model, tok, make_grpo(), packing=False, micro_token_budget=128))
