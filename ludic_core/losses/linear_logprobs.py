@@ -64,6 +64,8 @@ class _Fused:
             compiled = self.fns[name] = torch.compile(fn, dynamic=True)
         try:
             return compiled(*args)
+        except torch.cuda.OutOfMemoryError:
+            raise  # the eager code needs more memory, not less
         except Exception as exc:  # no compiler, an unsupported op...: the eager code from now on
             log.warning("output-layer softmax not compiled (%s: %s); running it eagerly", type(exc).__name__, exc)
             self.failed = True
