@@ -82,6 +82,10 @@ class MicroBatcher:
         cost = self.forward_cost
         return packed if _positions(packed, cost) < _positions(padded, cost) else padded
 
+    def _tolerance(self) -> float:
+        """How far two layouts' log-probs may differ and still count as the same (the checks)."""
+        return 1e-3 if self.compute_dtype == torch.float32 else 5e-2
+
     def _causal_without_mask(self, mb: MicroBatch) -> bool:
         """Once per run, on every rank: do padded rows score the same with no attention mask?
         A causal LM's real positions only see earlier ones, and pads come last; a model that
@@ -93,8 +97,7 @@ class MicroBatcher:
             bare, _ = self.scorer(ids, None, 0, None, False)
         real = mask[:, 1:].bool()
         diff = (masked - bare).abs()[real].max() if bool(real.any()) else masked.new_zeros(())
-        tolerance = 1e-3 if self.compute_dtype == torch.float32 else 5e-2
-        fails = dist_utils.all_reduce_floats([float(diff > tolerance)], "sum", self.ctx)[0]
+        fails = dist_utils.all_reduce_floats([float(diff > self._tolerance())], "sum", self.ctx)[0]
         if fails:
             log.warning("%s scores padded rows differently without an attention mask (by %.3g); keeping the "
                         "mask", type(self.scorer.model).__name__, float(diff))
@@ -120,8 +123,7 @@ class MicroBatcher:
                                         to_device(mb.attention_mask[members], device), 0, None, False)
             mask = to_device(mb.attention_mask[members, 1:], device).bool()
             diff = (unpack(packed, to_device(rows.index[members] - row * step, device)) - padded).abs()[mask].max()
-            tolerance = 1e-3 if self.compute_dtype == torch.float32 else 5e-2
-            fail = float(diff > tolerance)
+            fail = float(diff > self._tolerance())
             if fail:
                 log.warning("%s does not keep packed items apart (log-probs differ by %.3g); "
                             "training on padded micro-batches", type(self.scorer.model).__name__, float(diff))

@@ -203,13 +203,14 @@ class Trainer:
 
     def _padded_scoring(self, mb: MicroBatch, temps: torch.Tensor | None) -> Callable:
         ids, attention = to_device(mb.input_ids, self.ctx.device), self.batcher.attention_mask(mb)
+        found: dict[int, torch.Tensor] = {}  # by start: the policy and a KL reference share them
 
         def score(scorer, start, need_entropy):
-            # only the action tokens' positions are scored (found on the host: no sync)
-            at = torch.zeros(mb.input_ids[:, start:].shape, dtype=torch.bool)
-            at[:, :-1] = mb.action_mask[:, start + 1:] > 0
-            positions = to_device(at.flatten().nonzero().squeeze(1), self.ctx.device)
-            return scorer(ids, attention, start, temps, need_entropy, positions=positions)
+            if start not in found:  # only the action tokens' positions are scored (found on the host: no sync)
+                at = torch.zeros(mb.input_ids[:, start:].shape, dtype=torch.bool)
+                at[:, :-1] = mb.action_mask[:, start + 1:] > 0
+                found[start] = to_device(at.flatten().nonzero().squeeze(1), self.ctx.device)
+            return scorer(ids, attention, start, temps, need_entropy, positions=found[start])
         return score
 
     def _packed_scoring(self, mb: MicroBatch, tempered: bool) -> Callable:
