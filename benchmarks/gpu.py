@@ -239,7 +239,7 @@ def section_trainer(args, s: Sizes, device: torch.device) -> None:
     from ludic_core.algorithms import make_reinforce
     from ludic_core.batching.collate import collate_micro_batches
     from ludic_core.config import TrainerConfig
-    from ludic_core.training.micro_batches import FORWARD_COST_TOKENS
+    from ludic_core.device import forward_cost_tokens
     from ludic_core.training.trainer import Trainer
 
     model, tok = build_model(s, device)
@@ -249,7 +249,7 @@ def section_trainer(args, s: Sizes, device: torch.device) -> None:
                         device=args.device, dtype="bfloat16")
     trainer = Trainer(model, make_reinforce(), FixedSource(items), cfg, tokenizer=tok)
     mbs = collate_micro_batches(items, micro_token_budget=s.budget, pad_id=trainer.pad_id,
-                                batch_overhead_tokens=FORWARD_COST_TOKENS.get(device.type, 8192))
+                                batch_overhead_tokens=forward_cost_tokens(device))
     num_tokens = sum(mb.action_tokens for mb in mbs)
     real = sum(mb.real_tokens for mb in mbs)
     contestants = {  # the same model and AdamW: only the step's computation differs

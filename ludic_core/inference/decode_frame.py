@@ -11,7 +11,9 @@ finished still run (static shapes) but do not advance.
 
 Prompts enter through `admit`, an ordinary eager forward over just the joining
 rows whose keys/values are copied into their slots: a slot freed by a finished
-row takes a waiting request at the next step (continuous batching).
+row takes a waiting request at the next step (continuous batching). Identical
+prompts are prefilled once, and an opening that all joining prompts share (a
+system prompt) once.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from ludic_core.device import forward_cost_tokens
 from ludic_core.inference.decode_attention import decode_attention_on
 from ludic_core.inference.sampling import SamplingConfig
 from ludic_core.inference.slot_cache import SlotCache
@@ -65,6 +68,14 @@ class RowState:
     scanner: StopScanner
     tokens: list[int] = field(default_factory=list)  # host copy, kept only for rows with stop strings
     stopped_at: int | None = None  # index of the token that completed a stop string
+
+
+def _common_prefix(prompts: Sequence[Sequence[int]]) -> int:
+    """How many leading tokens every prompt shares, leaving each at least one of its own."""
+    first, n = prompts[0], min(len(p) for p in prompts) - 1
+    for p in prompts[1:]:
+        n = next((i for i in range(n) if p[i] != first[i]), n)
+    return n
 
 
 class DecodeFrame:
@@ -176,25 +187,12 @@ class DecodeFrame:
         slots = self.free_slots()[:len(rows)]
         if len(slots) < len(rows):
             raise RuntimeError(f"{len(rows)} rows to admit, {len(slots)} free slots")
-        from transformers import DynamicCache
-
         # Identical prompts (a GRPO group's completions) are prefilled once and copied to each slot.
         unique: dict[tuple[int, ...], int] = {}
         source = [unique.setdefault(tuple(r.prompt), len(unique)) for r in rows]
-        prompts = list(unique)
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            ids[i, width - len(p):] = torch.tensor(p)
-            mask[i, width - len(p):] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
-        positions = (mask.cumsum(-1) - 1).clamp_min(0)
-        prefill = DynamicCache(config=self.model.config)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                         logits_to_keep=1, **{self.cache_kwarg: prefill})
-        self.cache.write_prompt(prefill, source, [slice(width - len(r.prompt), width) for r in rows], slots)
-        logits = out.logits[:, -1, :][torch.tensor(source, device=self.device)]
+        prefill, last_logits, pieces = self._prefill(list(unique))
+        self.cache.write_prompt(prefill, source, [pieces[i] for i in source], slots)
+        logits = last_logits[torch.tensor(source, device=self.device)]
         z = dict(device=self.device)
         at = torch.tensor(slots, dtype=torch.long, **z)
         temps = torch.tensor([r.sampling.temperature for r in rows], dtype=torch.float32, **z)
@@ -214,6 +212,41 @@ class DecodeFrame:
         for s, r in zip(slots, rows):
             self.rows[s] = r
         self.horizon = max(self.horizon, max(len(r.prompt) for r in rows) + 1)
+
+    def _prefill(self, prompts: list[tuple[int, ...]]) -> tuple[Any, torch.Tensor, list[tuple[slice, ...]]]:
+        """One eager forward over distinct `prompts` -> (their KV cache, each one's last logits, and the
+        cache columns holding each prompt, in order).
+
+        Prompts that open alike (a system prompt, a chat template's header) share that opening's
+        forward: it runs once, then the rest of every prompt runs against it. That pays when the
+        positions it saves outweigh a second pass (`forward_cost_tokens`).
+        """
+        from transformers import DynamicCache
+
+        shared = _common_prefix(prompts)
+        if shared * (len(prompts) - 1) <= forward_cost_tokens(self.device):
+            shared = 0
+        cache = DynamicCache(config=self.model.config)
+        kw = {self.cache_kwarg: cache, "use_cache": True, "logits_to_keep": 1}
+        if shared:
+            head = torch.tensor([prompts[0][:shared]], device=self.device)
+            self.model(input_ids=head, position_ids=torch.arange(shared, device=self.device)[None], **kw)
+            cache.batch_repeat_interleave(len(prompts))
+        tails = [p[shared:] for p in prompts]
+        width = max(len(t) for t in tails)
+        ids = torch.full((len(tails), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(tails), shared + width), dtype=torch.long)
+        mask[:, :shared] = 1
+        for i, t in enumerate(tails):  # left-padded: every row's last token is the last column
+            ids[i, width - len(t):] = torch.tensor(t)
+            mask[i, shared + width - len(t):] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp_min(0)[:, shared:]
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, **kw)
+        end = shared + width
+        pieces = [(slice(0, shared), slice(end - len(t), end)) if shared else (slice(end - len(t), end),)
+                  for t in tails]
+        return cache, out.logits[:, -1, :], pieces
 
     # ---- the host's view -------------------------------------------------------------
     def live(self) -> int:

@@ -80,14 +80,19 @@ class SlotCache(Cache):
         for layer in self.layers:
             layer.view = columns
 
-    def write_prompt(self, source: Cache, src_rows: list[int], src_cols: list[slice], slots: list[int]) -> None:
-        """Copy prefilled keys/values: source row src_rows[i], columns src_cols[i] -> slot slots[i], from column 0."""
+    def write_prompt(self, source: Cache, src_rows: list[int], src_cols: list[tuple[slice, ...]],
+                     slots: list[int]) -> None:
+        """Copy prefilled keys/values: source row src_rows[i], the column pieces src_cols[i] one after
+        another -> slot slots[i], from column 0."""
         for mine, theirs in zip(self.layers, source.layers):
             if not self.allocated:
                 _, heads, _, head_dim = theirs.keys.shape
                 mine.allocate(heads, head_dim, theirs.keys.dtype, theirs.keys.device)
-            for r, cols, s in zip(src_rows, src_cols, slots):
-                n = cols.stop - cols.start
-                mine.keys[s, :, :n] = theirs.keys[r, :, cols]
-                mine.values[s, :, :n] = theirs.values[r, :, cols]
+            for r, pieces, s in zip(src_rows, src_cols, slots):
+                at = 0
+                for cols in pieces:
+                    n = cols.stop - cols.start
+                    mine.keys[s, :, at:at + n] = theirs.keys[r, :, cols]
+                    mine.values[s, :, at:at + n] = theirs.values[r, :, cols]
+                    at += n
         self.allocated = True

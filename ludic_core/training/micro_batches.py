@@ -22,18 +22,12 @@ import torch
 from ludic_core.batching.collate import MicroBatch, collate_micro_batches
 from ludic_core.batching.packing import pack_micro_batches, unpack
 from ludic_core.batching.saw import SAWItem
+from ludic_core.device import forward_cost_tokens
 from ludic_core.training import distributed as dist_utils
 
-__all__ = ["FORWARD_COST_TOKENS", "MicroBatcher", "is_pad", "to_device"]
+__all__ = ["MicroBatcher", "is_pad", "to_device"]
 
 log = logging.getLogger(__name__)
-
-#: A forward/backward pass's fixed cost in token positions, by device type: what length-sorted
-#: cutting trades padding against. On an H200 (Qwen2.5-0.5B's shape, 64 items of 256-1536
-#: tokens, 32k budget) 256 cut 12 micro-batches and 8192 cut 3, 1.8x the tokens/s: a GPU's
-#: pass is bound by its ~2000 kernel launches until a micro-batch is large.
-FORWARD_COST_TOKENS = {"cpu": 256, "cuda": 8192}
-
 
 class MicroBatcher:
     """Splits a step's items into micro-batches of at most `micro_token_budget` tokens.
@@ -46,7 +40,7 @@ class MicroBatcher:
         self.budget, self.pad_id = micro_token_budget, pad_id
         self.packing = packing  # switched off if the model does not honour packed rows
         self.scorer, self.ctx, self.compute_dtype = scorer, ctx, compute_dtype
-        self.forward_cost = FORWARD_COST_TOKENS.get(ctx.device.type, FORWARD_COST_TOKENS["cuda"])
+        self.forward_cost = forward_cost_tokens(ctx.device)  # what length-sorted cutting trades padding against
         self._packing_checked = False
         self.causal: bool | None = None  # padded rows run without a mask (None: not yet checked)
 

@@ -90,6 +90,51 @@ def test_identical_prompts_are_prefilled_once_and_sampled_apart(model_tok):
         assert max(abs(a - b) for a, b in zip(ref, g.completion_logprobs)) < 1e-4
 
 
+def test_common_prefix_leaves_every_prompt_a_token_of_its_own():
+    from ludic_core.inference.decode_frame import _common_prefix
+
+    assert _common_prefix([(1, 2, 3, 4), (1, 2, 3, 5), (1, 2, 9)]) == 2
+    assert _common_prefix([(1, 2, 3), (1, 2, 3, 4)]) == 2  # not 3: the shorter one keeps its last token
+    assert _common_prefix([(7, 1), (8, 1)]) == 0
+    assert _common_prefix([(5, 6, 7)]) == 2
+
+
+@pytest.mark.parametrize("continuous", [False, True])
+def test_a_shared_opening_is_prefilled_once(model_tok, monkeypatch, continuous):
+    """Prompts that open alike (a system prompt) run that opening once, as one row, and the rest of
+    each prompt against it: every sample is still exact (teacher-forced log-probs), wherever its
+    slot is, and identical prompts still share one row."""
+    import ludic_core.inference.decode_frame as decode_frame
+
+    monkeypatch.setattr(decode_frame, "forward_cost_tokens", lambda device: 16)  # share on any device
+    model, tok = model_tok
+    system = tok.encode("You play tic-tac-toe as X. Reply with the cell to mark. " * 2, add_special_tokens=False)
+    prompts = [system + tok.encode(f"{i}: board " + "xo" * i, add_special_tokens=False) for i in range(4)]
+    prompts.append(prompts[1])  # an identical prompt: no row of its own
+    seen = []
+    hook = model.register_forward_pre_hook(lambda _m, args, kw: seen.append(tuple(kw["input_ids"].shape)),
+                                           with_kwargs=True)
+    dec = BatchDecoder(model, tok)
+    requests = [(p, SamplingConfig(temperature=1.0, max_tokens=6 + i, seed=i), i) for i, p in enumerate(prompts)]
+    arrivals = [requests[:3], requests[3:]]
+    out = {}
+    try:
+        dec.run(lambda: arrivals.pop(0) if arrivals else [], lambda k, g: out.__setitem__(k, g), max_batch=8,
+                continuous=continuous)
+    finally:
+        hook.remove()
+    assert seen[:2] == [(1, len(system)), (3, max(len(p) for p in prompts[:3]) - len(system))]
+    later = [shape for shape in seen[2:] if shape[1] > 1]  # the second arrival's prefills
+    if continuous:  # each joined a running batch alone, as a slot freed: nothing to share with
+        assert [b for b, _ in later] == [1, 1]
+    else:  # a new batch of two
+        assert later == [(1, len(system)), (2, max(len(p) for p in prompts[3:]) - len(system))]
+    for i, p in enumerate(prompts):
+        ref = _teacher_forced(model, p, out[i].completion_token_ids)
+        assert len(ref) == 6 + i
+        assert max(abs(a - b) for a, b in zip(ref, out[i].completion_logprobs)) < 1e-4
+
+
 def test_without_continuous_batching_arrivals_wait_for_the_next_frame(model_tok):
     model, tok = model_tok
     dec = BatchDecoder(model, tok)
