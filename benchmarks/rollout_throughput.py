@@ -11,7 +11,9 @@ Why the comparison is fair:
   the median is reported, so drift on a noisy machine hits both alike.
 Not identical work: A also computes the log-prob of every sampled token (what
 RL training needs) plus per-row seeded generators; B computes no log-probs.
-A's time also includes its asyncio batching and chat-template rendering.
+A's time also includes its asyncio batching and chat-template rendering. A prefills
+the opening its prompts share (the system message: 87 of their 156-185 tokens) once,
+as a serving engine's prefix cache would; B prefills every row whole.
 
     .venv/bin/python benchmarks/rollout_throughput.py --preset tiny-1m
 """
