@@ -21,6 +21,8 @@
 
 from __future__ import annotations
 
+import ludic_core  # noqa: F401  # first: sets OpenMP's spin-wait before torch loads (ludic_core/openmp.py)
+
 import argparse
 import asyncio
 import json

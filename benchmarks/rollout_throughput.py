@@ -1,7 +1,8 @@
 """Rollout decode throughput: `LocalChatClient` vs plain HF `model.generate`.
 
 Why the comparison is fair:
-- one model object (same weights, fp32, default torch threads) serves both;
+- one model object (same weights, fp32, default torch threads, `ludic_core`'s OpenMP
+  wait policy: ludic_core/openmp.py) serves both;
 - both decode the same `--batch` chat-template-rendered prompts, left-padded
   into one batch, with pure sampling (temperature 1, no top-k / top-p);
 - both generate exactly `--max-tokens` tokens per row: A's eos set is replaced
@@ -19,6 +20,8 @@ as a serving engine's prefix cache would; B prefills every row whole.
 """
 
 from __future__ import annotations
+
+import ludic_core  # noqa: F401  # first: sets OpenMP's spin-wait before torch loads (ludic_core/openmp.py)
 
 import argparse
 import asyncio

@@ -1,0 +1,61 @@
+"""A small matmul before and after a second thread has run torch ops, with and without
+`ludic_core`'s OpenMP settings (ludic_core/openmp.py).
+
+In-process RL runs torch on two threads (the decode thread, the trainer's). Once both
+have led an OpenMP team, libgomp manages more threads than CPUs and, by default, lets
+idle helpers spin only 100 times before they sleep: each parallel op then pays a
+wake-up. Each mode runs in a fresh interpreter, since libgomp reads its environment
+once, when torch loads it:
+- `torch first`: torch is imported before `ludic_core`, so libgomp keeps its defaults;
+- `ludic_core first`: `import ludic_core` sets the wait policy before torch loads.
+Printed: the median microseconds of a [64, 128] x [128, 384] matmul on the main thread
+alone, on a second thread, then on each again; the ratio is the last main-thread median
+over the first. Meaningful with 2+ cores and torch's default threads.
+
+    .venv/bin/python benchmarks/openmp_threads.py
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+CHILD = r"""
+import statistics, sys, time
+from concurrent.futures import ThreadPoolExecutor
+if sys.argv[1] == "ludic_core first":
+    import ludic_core  # noqa: F401
+import torch
+import ludic_core
+
+x, w = torch.randn(64, 128), torch.randn(384, 128)
+
+def median_us(n=400):
+    ts = []
+    with torch.no_grad():
+        for _ in range(n):
+            t = time.perf_counter()
+            torch.nn.functional.linear(x, w)
+            ts.append(time.perf_counter() - t)
+    return statistics.median(ts) * 1e6
+
+other = ThreadPoolExecutor(1)
+runs = [median_us(), other.submit(median_us).result(), median_us(), other.submit(median_us).result(), median_us()]
+print(f"{sys.argv[1]:<18}{ludic_core.openmp.status():<12}{torch.get_num_threads():>8}"
+      + "".join(f"{r:>9.0f}" for r in runs) + f"{runs[-1] / runs[0]:>8.2f}x")
+"""
+
+
+def main() -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    print(f"{'mode':<18}{'openmp':<12}{'threads':>8}{'main':>9}{'other':>9}{'main':>9}{'other':>9}{'main':>9}"
+          f"{'ratio':>9}")
+    for _ in range(2):
+        for mode in ("torch first", "ludic_core first"):
+            subprocess.run([sys.executable, "-c", CHILD, mode], env=env, check=True)
+    print("(us per matmul, medians of 400; ratio: the last main-thread median over the first)")
+
+
+if __name__ == "__main__":
+    main()
