@@ -6,7 +6,8 @@ OpenMP runtime in torch's CPU wheels) soon manages more threads than there are
 CPUs. It then lets a team's helper threads spin only 100 times before they sleep,
 and every parallel op after a short pause pays a futex wake-up. On 2 cores a
 [64, 128] x [128, 384] matmul took 50 us before a second thread had run torch
-ops and 140-210 us after, on either thread; the whole GRPO step was 20% slower.
+ops and 130-180 us after, on either thread (benchmarks/openmp_threads.py); a GRPO
+step ran about 10% slower, multi-turn rollouts 15-25%.
 With `OMP_WAIT_POLICY=active` that throttled spin is 1000 (libgomp's env.c), long
 enough to bridge the gap between ops; `GOMP_SPINCOUNT=300000` keeps the
 unthrottled spin at libgomp's own default (about 3 ms), so a process that runs
@@ -34,7 +35,7 @@ _applied = False
 
 def configure() -> bool:
     """Set `SETTINGS` in the environment (children inherit it) unless torch is already loaded;
-    a variable the user set is left alone. True if libgomp will read them from here."""
+    a variable the user set is left alone. True if this ran before torch loaded."""
     global _applied
     if "torch" in sys.modules:  # libgomp has read its environment already
         return _applied
