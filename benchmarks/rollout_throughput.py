@@ -124,8 +124,8 @@ def main() -> None:
 
     # All torch work runs on ONE thread: A decodes on the client's decode thread
     # and B is submitted to that same thread. Alternating torch work between two
-    # threads gives each its own OpenMP team, and two teams on few cores wait
-    # for each other's cores (measured ~40% slower on 2), whatever the wait policy.
+    # threads gives each its own OpenMP team; on 2 cores that measured ~40% slower
+    # (before ludic_core set OpenMP's wait policy: ludic_core/openmp.py).
     worker = client._executor
     loop = asyncio.new_event_loop()
     contestants = {
