@@ -21,6 +21,8 @@ import os
 import subprocess
 import sys
 
+from ludic_core.openmp import SETTINGS  # imports no torch: the children load it
+
 CHILD = r"""
 import statistics, sys, time
 from concurrent.futures import ThreadPoolExecutor
@@ -48,7 +50,7 @@ print(f"{sys.argv[1]:<18}{ludic_core.openmp.status():<12}{torch.get_num_threads(
 
 
 def main() -> None:
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    env = {k: v for k, v in os.environ.items() if k not in SETTINGS}
     print(f"{'mode':<18}{'openmp':<12}{'threads':>8}{'main':>9}{'other':>9}{'main':>9}{'other':>9}{'main':>9}"
           f"{'ratio':>9}")
     for _ in range(2):
