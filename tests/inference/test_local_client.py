@@ -171,3 +171,27 @@ def test_weight_sync_during_continuous_decoding_splits_requests_by_version(tiny_
     assert {r.policy_version for r, _ in first} == {0}
     assert {r.policy_version for r, _ in late} == {1}
     assert all(len(r.completion_token_ids) == 300 for r, _ in first)
+
+
+def test_a_rendered_prompt_is_reused_by_content_and_the_cache_is_bounded(tiny_model_dir, monkeypatch):
+    from ludic_core.inference import local
+
+    monkeypatch.setattr(local, "PROMPT_CACHE", 2)
+    c = LocalChatClient(tiny_model_dir, dtype="float32")
+    renders = []
+    real = c.tokenizer.apply_chat_template
+    monkeypatch.setattr(c.tokenizer, "apply_chat_template", lambda *a, **k: renders.append(1) or real(*a, **k))
+    a, b, d = _req("first board"), _req("second board"), _req("third board")
+    ids = c.encode_prompt(a)
+    assert ids == list(c.tokenizer.encode(real(a.message_list(), add_generation_prompt=True, tokenize=False),
+                                          add_special_tokens=False))
+    ids.append(-1)  # a caller's list is its own: the kept prompt is unchanged
+    assert c.encode_prompt(_req("first board", temperature=0.3)) == ids[:-1]  # sampling is not content
+    assert len(renders) == 1
+    assert c.encode_prompt(b) != ids[:-1] and len(renders) == 2
+    tools = ChatCompletionRequest(messages=a.messages, tools=({"type": "function", "function": {"name": "f"}},))
+    c.encode_prompt(tools)  # tools are content: rendered, and "first board" is dropped, least recent
+    assert len(renders) == 3
+    c.encode_prompt(d)
+    c.encode_prompt(a)
+    assert len(renders) == 5
