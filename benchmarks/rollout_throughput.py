@@ -12,7 +12,8 @@ Why the comparison is fair:
   the median is reported, so drift on a noisy machine hits both alike.
 Not identical work: A also computes the log-prob of every sampled token (what
 RL training needs) plus per-row seeded generators; B computes no log-probs.
-A's time also includes its asyncio batching and chat-template rendering. A prefills
+A's time also includes its asyncio batching and its prompt lookup (the client keeps rendered
+prompts by content, so after the warm-up round it renders no template). A prefills
 the opening its prompts share (the system message: 87 of their 156-185 tokens) once,
 as a serving engine's prefix cache would; B prefills every row whole.
 
