@@ -22,7 +22,7 @@ from typing import Any, Iterator
 
 import torch
 
-__all__ = ["DECODE_ATTENTION", "decode_attention", "decode_attention_on"]
+__all__ = ["DECODE_ATTENTION", "decode_attention", "decode_attention_on", "grouped_attention"]
 
 #: The name the decode attention is registered under (transformers' `AttentionInterface`).
 DECODE_ATTENTION = "ludic_decode"
@@ -42,12 +42,20 @@ def decode_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value:
 
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
+    return grouped_attention(query, key, value, attention_mask[:, :1], scaling), None
+
+
+def grouped_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor,
+                      scaling: float | None, dropout: float = 0.0) -> torch.Tensor:
+    """`decode_attention`'s computation, compiled or not: query [B, H, 1, D], key/value [B, G, C, D],
+    mask [B, 1, 1, C] -> [B, 1, H, D]. The same SDPA call, on the same layout, as transformers'
+    eager decoding (`pack_gqa`), so its result is bitwise theirs."""
     batch, heads, _, dim = query.shape
     groups = key.shape[1]
     grouped = query.reshape(batch, groups, heads // groups, dim)  # a KV group's query heads as its positions
     out = torch.nn.functional.scaled_dot_product_attention(
-        grouped, key, value, attn_mask=attention_mask[:, :1], scale=scaling if scaling is not None else dim ** -0.5)
-    return out.reshape(batch, 1, heads, dim), None
+        grouped, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling if scaling is not None else dim ** -0.5)
+    return out.reshape(batch, 1, heads, dim)
 
 
 def _register() -> None:

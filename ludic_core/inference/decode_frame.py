@@ -27,6 +27,7 @@ import torch
 
 from ludic_core.device import forward_cost_tokens
 from ludic_core.inference.decode_attention import decode_attention_on
+from ludic_core.inference.decode_forward import DecodeForward
 from ludic_core.inference.sampling import SamplingConfig
 from ludic_core.inference.slot_cache import SlotCache
 from ludic_core.inference.stop_strings import StopScanner
@@ -108,6 +109,8 @@ class DecodeFrame:
                   self.uniforms, self.out_tokens, self.out_logprobs):
             torch._dynamo.mark_static_address(t)
         self.rows: list[RowState | None] = [None] * slots
+        # transformers' wrappers skipped where the decoder is a known one (None: `model(...)`)
+        self.forward = None if self.mask_fill is not None else DecodeForward.of(model)
         self.compile_mode = compile_mode
         self._steps: dict[tuple[bool, bool], Callable[[], None]] = {}  # by (top-p rows, greedy rows)
         self.compile_seconds = 0.0
@@ -121,10 +124,13 @@ class DecodeFrame:
         if self.mask_fill is not None:  # eager attention adds its mask
             zero = torch.zeros((), dtype=self.mask_dtype, device=self.device)
             visible = torch.where(visible, zero, torch.full_like(zero, self.mask_fill))
-        out = self.model(input_ids=self.tokens, attention_mask=visible, position_ids=self.lengths[:, None],
-                         use_cache=True, **{self.cache_kwarg: self.cache})
+        if self.forward is not None:
+            logits = self.forward(self.tokens, self.lengths[:, None], visible, self.cache)
+        else:
+            logits = self.model(input_ids=self.tokens, attention_mask=visible, position_ids=self.lengths[:, None],
+                                use_cache=True, **{self.cache_kwarg: self.cache}).logits[:, -1, :]
         k = self.produced.clamp_max(self.columns - 1)[:, None]
-        tok, lp = sample_tokens(out.logits[:, -1, :], self.temps, self.top_ps if use_top_p else None,
+        tok, lp = sample_tokens(logits, self.temps, self.top_ps if use_top_p else None,
                                 self.uniforms.gather(1, k).squeeze(1), greedy_rows=greedy)
         self.out_tokens.scatter_(1, k, tok[:, None])
         self.out_logprobs.scatter_(1, k, lp[:, None])
@@ -185,6 +191,9 @@ class DecodeFrame:
         """Prefill `rows` (one eager forward over their distinct prompts) into free slots and
         sample their first tokens."""
         slots = self.free_slots()[:len(rows)]
+        if self.forward is not None and self.forward.hooked():  # hooks registered since: run them
+            log.info("forward hooks on %s: decoding through model(...)", type(self.model).__name__)
+            self.forward = None
         if len(slots) < len(rows):
             raise RuntimeError(f"{len(rows)} rows to admit, {len(slots)} free slots")
         # Identical prompts (a GRPO group's completions) are prefilled once and copied to each slot.
