@@ -94,6 +94,9 @@ class BatchDecoder:
         self.additive_mask = attn == "eager"
         if not self.fast:
             log.info("%s (attention %r): decoding on the dynamic-cache loop", type(model).__name__, attn)
+        # The slot frame's mask is full attention: a batch whose rows outgrow a sliding window
+        # decodes on the dynamic-cache loop, where transformers' masks apply the window.
+        self.window = _sliding_window(model.config.get_text_config())
         self.stats = {"steps": 0, "admitted": 0, "frames": 0, "compile_seconds": 0.0}
 
     @property
@@ -136,7 +139,7 @@ class BatchDecoder:
         with self._grad_mode(), attention_backends(model_device(self.model)):
             while waiting:
                 batch, waiting = waiting[:max_batch], waiting[max_batch:]
-                if not self.fast:
+                if not self.fast or not all(self._unwindowed(r) for r in batch):
                     self._run_dynamic(batch, emit)
                 else:
                     waiting = self._run_frame(batch, waiting, poll, emit, max_batch, continuous, admitting)
@@ -169,7 +172,8 @@ class BatchDecoder:
             waiting += [self._row(p, s, k) for p, s, k in poll()]
             join: list[RowState] = []
             free = len(frame.free_slots())
-            while waiting and len(join) < free and frame.fits(waiting[0]):  # FIFO: a big head waits for a new frame
+            while waiting and len(join) < free and frame.fits(waiting[0]) and self._unwindowed(waiting[0]):
+                # FIFO: a head too big for this frame (or its window) waits for the next batch
                 join.append(waiting.pop(0))
             if join:
                 frame.admit(join)
@@ -210,6 +214,10 @@ class BatchDecoder:
         return RowState(key=key, prompt=list(prompt), sampling=sampling, seed=seed,
                         max_new=min(sampling.max_tokens, self.max_len - len(prompt)),
                         scanner=StopScanner(self.tokenizer, sampling.stop))
+
+    def _unwindowed(self, row: RowState) -> bool:
+        """Whether `row` stays within the model's sliding window (if any), where full attention is exact."""
+        return self.window is None or len(row.prompt) + row.max_new <= self.window
 
     def _generation(self, row: RowState, tokens: list[int], logprobs: list[float], reason: str) -> Generation:
         text = row.scanner.cut(tokens) if reason == "stop" and row.scanner.stops and tokens[-1] not in self.eos_ids \
@@ -275,6 +283,15 @@ class BatchDecoder:
         for i, row in enumerate(rows):
             emit(row.key, self._generation(row, row.tokens, host_lps[i, :len(row.tokens)].tolist(),
                                            reasons.get(i, "length")))
+
+
+def _sliding_window(config: Any) -> int | None:
+    """The attention window of a model with sliding-window layers (None: every layer attends fully)."""
+    window = getattr(config, "sliding_window", None)
+    types = getattr(config, "layer_types", None)
+    if window is None or (types and "sliding_attention" not in types):
+        return None
+    return int(window)
 
 
 def _cache_kwarg(model: Any) -> str | None:

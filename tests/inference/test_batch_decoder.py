@@ -250,7 +250,8 @@ def test_every_bucket_compiles_past_torchs_default_limit_of_eight(model_tok, mon
 
 def test_a_compiled_step_attends_through_decode_attention(tiny_model_and_tokenizer, device, recording_compile):
     """Under compile a grouped-query model's step hands SDPA each KV group's query heads as
-    that group's positions (`decode_attention`): no KV head is copied out per query head,
+    that group's positions (`grouped_attention`, through `DecodeForward` or, for other
+    models, `decode_attention`): no KV head is copied out per query head,
     and the samples are still what teacher forcing scores. (An eager backend stands in for
     inductor: the graph is what is checked.)"""
     import torch._dynamo

@@ -153,3 +153,25 @@ def test_a_forward_hook_is_never_bypassed(tiny_model_and_tokenizer):
     assert frame.forward is None
     steps = max(len(g.completion_token_ids) for g in gens) - 1  # the first token comes from the prefill
     assert len(seen) == 1 + steps  # the prefill's forward and every step's
+
+
+def test_rows_outgrowing_a_sliding_window_are_decoded_with_the_window(tiny_model_and_tokenizer):
+    """The slot frame attends fully; a windowed model's rows that outgrow the window go to the
+    dynamic-cache loop, whose masks apply it: their log-probs are what teacher forcing (which
+    applies the window) scores. Rows inside the window keep the slot frame."""
+    _, tok = tiny_model_and_tokenizer
+    model = _model(tok, "qwen2, q/k/v biases", use_sliding_window=True, sliding_window=12, max_window_layers=0)
+    dec = BatchDecoder(model, tok, compile=False)
+    assert dec.window == 12
+    prompts = [tok.encode("a long prompt, longer than the window", add_special_tokens=False)] * 2
+    gens = dec.generate(prompts, [SamplingConfig(temperature=1.0, max_tokens=6, seed=i) for i in range(2)])
+    assert not dec._frames  # no slot frame was used
+    for p, g in zip(prompts, gens):
+        ids = torch.tensor([p + g.completion_token_ids])
+        with torch.no_grad():
+            logp = torch.log_softmax(model(ids).logits[0].float(), -1)
+        ref = [float(logp[len(p) - 1 + i, t]) for i, t in enumerate(g.completion_token_ids)]
+        assert max(abs(a - b) for a, b in zip(ref, g.completion_logprobs)) < 1e-4
+    short = tok.encode("ab", add_special_tokens=False)
+    dec.generate([short], [SamplingConfig(temperature=1.0, max_tokens=4, seed=0)])
+    assert dec._frames  # within the window: the slot frame
