@@ -63,8 +63,8 @@ class BatchDecoder:
 
     compile: "auto" compiles the decode step on a GPU (CUDA graphs: decoding
     there is bound by kernel launches) and not on the CPU, where inductor took
-    ~15 s per shape bucket for ~1.1-1.3x faster steps of a tiny model (it pays
-    off after some 10k steps, not in a demo or a test); True compiles on either,
+    ~12 s per shape bucket (3 s from its on-disk cache) for ~1.2x faster calls of
+    a tiny model (it pays off after some 10k steps, not in a demo or a test); True compiles on either,
     False never. A failed compile logs a warning and decodes eagerly.
     `max_frames` bucket frames (KV caches) are kept for reuse: a multi-turn
     rollout's batch sizes change every turn, and allocating a frame costs more
