@@ -1,6 +1,6 @@
 """`DecodeForward`: one decode token per row through a Llama-family model, minus transformers' wrappers.
 
-An eager decode step of a small model on the CPU is mostly overhead, not arithmetic: tiny-1m's
+An eager decode step of a small model on the CPU is mostly overhead, not compute: tiny-1m's
 step (4 layers, batch 32) spends more time in Python and in ~150 small ops than in its matmuls
 and attention. transformers' `model(...)` adds a module call with its hook checks at every
 layer, norm, attention and MLP, keyword deprecation wrappers, and mask and output
@@ -33,7 +33,7 @@ MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
 
 
 def _norm(module: Any) -> Callable[[torch.Tensor], torch.Tensor]:
-    """An RMSNorm module as `F.rms_norm`: its arithmetic, in fp32, then its weight in the input dtype."""
+    """An RMSNorm module as `F.rms_norm`: its computation in fp32, then its weight in the input dtype."""
     weight, eps = module.weight, module.variance_epsilon
     shape = tuple(weight.shape)
 
