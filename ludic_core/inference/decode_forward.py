@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
+from torch.nn.modules import module as nn_module
 
 from ludic_core.inference.decode_attention import grouped_attention
 
@@ -79,8 +80,6 @@ class DecodeForward:
 
     def hooked(self) -> bool:
         """Whether a module this bypasses has forward hooks (or any module has global ones)."""
-        from torch.nn.modules import module as nn_module
-
         if nn_module._global_forward_hooks or nn_module._global_forward_pre_hooks:
             return True
         return any(m._forward_hooks or m._forward_pre_hooks for m in self.bypassed)

@@ -110,7 +110,7 @@ class DecodeFrame:
             torch._dynamo.mark_static_address(t)
         self.rows: list[RowState | None] = [None] * slots
         # transformers' wrappers skipped where the decoder is a known one (None: `model(...)`)
-        self.forward = None if self.mask_fill is not None else DecodeForward.of(model)
+        self.forward = DecodeForward.of(model)
         self.compile_mode = compile_mode
         self._steps: dict[tuple[bool, bool], Callable[[], None]] = {}  # by (top-p rows, greedy rows)
         self.compile_seconds = 0.0
