@@ -6,7 +6,12 @@ Why the comparison is fair:
 - both decode the same `--batch` chat-template-rendered prompts, left-padded
   into one batch, with pure sampling (temperature 1, no top-k / top-p);
 - both generate exactly `--max-tokens` tokens per row: A's eos set is replaced
-  by an impossible id, B uses `min_new_tokens == max_new_tokens`;
+  by an impossible id, B uses `min_new_tokens == max_new_tokens`; with `--ragged`
+  row i ends after its own length instead (lengths spread evenly over 1..max-tokens,
+  in shuffled order), as rows ending on eos do: A through each request's max_tokens,
+  B through a stopping criterion that ends each row at its length, after which
+  `generate` pads it, as it does after eos, until the longest ends. Tokens/s counts
+  the rows' own tokens only;
 - both run their torch work on the same single worker thread;
 - each is warmed up once, then runs are interleaved A B, B A, A B, ... and
   the median is reported, so drift on a noisy machine hits both alike.
@@ -18,6 +23,7 @@ the opening its prompts share (the system message: 87 of their 156-185 tokens) o
 as a serving engine's prefix cache would; B prefills every row whole.
 
     .venv/bin/python benchmarks/rollout_throughput.py --preset tiny-1m
+    .venv/bin/python benchmarks/rollout_throughput.py --ragged      # rows of different lengths
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import time
 from pathlib import Path
 
 import torch
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 from ludic_core.inference.local import LocalChatClient
 from ludic_core.inference.sampling import ChatCompletionRequest, SamplingConfig
@@ -67,14 +74,26 @@ def run_local(loop, client: LocalChatClient, requests: list[ChatCompletionReques
     return sum(len(resp.completion_token_ids) for resp, _ in results)
 
 
-def run_generate(model, ids: torch.Tensor, mask: torch.Tensor, n: int, pad_id: int) -> int:
+class RowsEnd(StoppingCriteria):
+    """Row i of `generate`'s batch ends after lengths[i] new tokens, as if it had sampled eos there."""
+
+    def __init__(self, prompt_width: int, lengths: list[int]) -> None:
+        self.width, self.lengths = prompt_width, torch.tensor(lengths)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
+        return (input_ids.shape[1] - self.width) >= self.lengths
+
+
+def run_generate(model, ids: torch.Tensor, mask: torch.Tensor, n: int, pad_id: int, lengths: list[int]) -> int:
+    stop = StoppingCriteriaList([RowsEnd(ids.shape[1], lengths)]) if min(lengths) < n else None
     with torch.inference_mode():
         out = model.generate(
             input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0,
             top_p=1.0, max_new_tokens=n, min_new_tokens=n, pad_token_id=pad_id,
-            output_scores=False,
+            output_scores=False, stopping_criteria=stop,
         )
-    return (out.shape[1] - ids.shape[1]) * out.shape[0]
+    assert out.shape[1] - ids.shape[1] == max(lengths)
+    return sum(lengths)  # a row's tokens past its end are padding
 
 
 def main() -> None:
@@ -90,6 +109,10 @@ def main() -> None:
     ap.add_argument("--compiled", action="store_true",
                     help="add a third contestant: LocalChatClient(compile=True) (inductor on the CPU; its one-off "
                          "compile falls in the warm-up round and is printed)")
+    ap.add_argument("--ragged", action="store_true",
+                    help="rows end at different lengths, spread evenly over 1..max-tokens, as rows ending on eos "
+                         "do; generate ends each at its length (a stopping criterion) and, as it does for eos, "
+                         "pads finished rows until the longest ends")
     ap.add_argument("--json", action="store_true", help="also print one JSON line")
     args = ap.parse_args()
     n, batch = args.max_tokens, args.batch
@@ -108,8 +131,12 @@ def main() -> None:
     # no row can stop on eos and every row runs to max_tokens, as B does.
     client = LocalChatClient(model, tok, max_batch_size=max(batch, 1))
     client._decoder.eos_ids = {-1}
+    # row i's length; shuffled, so rows end out of slot order
+    lengths = [n * (i + 1) // batch for i in torch.randperm(batch, generator=torch.Generator().manual_seed(0))] \
+        if args.ragged else [n] * batch
+    lengths = [max(1, x) for x in lengths]
     requests = [
-        ChatCompletionRequest(messages=m, sampling=SamplingConfig(temperature=1.0, max_tokens=n, seed=i))
+        ChatCompletionRequest(messages=m, sampling=SamplingConfig(temperature=1.0, max_tokens=lengths[i], seed=i))
         for i, m in enumerate(make_messages(batch))
     ]
 
@@ -131,7 +158,7 @@ def main() -> None:
     loop = asyncio.new_event_loop()
     contestants = {
         "LocalChatClient": lambda: run_local(loop, client, requests),
-        "HF generate": lambda: worker.submit(run_generate, model, ids, mask, n, pad_id).result(),
+        "HF generate": lambda: worker.submit(run_generate, model, ids, mask, n, pad_id, lengths).result(),
     }
     if args.compiled:
         compiled = LocalChatClient(model, tok, max_batch_size=max(batch, 1), compile=True)
@@ -141,7 +168,7 @@ def main() -> None:
     times: dict[str, list[float]] = {k: [] for k in contestants}
     for name, fn in contestants.items():  # warm-up, and check the token count
         got = fn()
-        assert got == batch * n, f"{name} generated {got} tokens, expected {batch * n}"
+        assert got == sum(lengths), f"{name} generated {got} tokens, expected {sum(lengths)}"
     order = list(contestants)
     for r in range(args.repeats):  # A B, B A, A B, ...: whoever runs second
         for name in order if r % 2 == 0 else order[::-1]:  # was ~5% faster
@@ -155,10 +182,11 @@ def main() -> None:
     loop.close()
 
     med = {k: statistics.median(v) for k, v in times.items()}
-    tps = {k: batch * n / s for k, s in med.items()}
+    tps = {k: sum(lengths) / s for k, s in med.items()}
     ratio = tps["LocalChatClient"] / tps["HF generate"]
     print(f"preset={args.preset} vocab={model.config.vocab_size} batch={batch} max_tokens={n} repeats={args.repeats} "
-          f"prompt_len={min(map(len, prompts))}..{width} threads={torch.get_num_threads()}")
+          f"prompt_len={min(map(len, prompts))}..{width} threads={torch.get_num_threads()}"
+          + (f" ragged: rows end after 1..{n} tokens, {sum(lengths)} in all" if args.ragged else ""))
     print(f"{'engine':<18}{'tokens/s':>10}{'median_s':>10}")
     for k in contestants:
         note = "  (+ log-probs)" if k != "HF generate" else "  (no log-probs)"

@@ -97,7 +97,8 @@ class BatchDecoder:
         # The slot frame's mask is full attention: a batch whose rows outgrow a sliding window
         # decodes on the dynamic-cache loop, where transformers' masks apply the window.
         self.window = _sliding_window(model.config.get_text_config())
-        self.stats = {"steps": 0, "admitted": 0, "frames": 0, "compile_seconds": 0.0}
+        # slot_steps: rows stepped, finished and free ones included (steps x slots where nothing is skipped)
+        self.stats = {"steps": 0, "slot_steps": 0, "admitted": 0, "frames": 0, "compile_seconds": 0.0}
 
     @property
     def eos_ids(self) -> set[int]:
@@ -160,7 +161,7 @@ class BatchDecoder:
         # GPU, and a host that waits after every step leaves the GPU idle while it launches the next
         every, stepped = (SYNC_EVERY if frame.compile_mode == "reduce-overhead" else 1), 0
         while frame.live():
-            frame.step()
+            self.stats["slot_steps"] += frame.step()
             self.stats["steps"] += 1
             stepped += 1
             if stepped % every:

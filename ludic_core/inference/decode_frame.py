@@ -6,8 +6,11 @@ count, limit, sampling parameters and counter-based uniforms, and the sampled
 tokens and log-probs. A step is then one function of those buffers with no
 host round trip, so it can be compiled once per bucket and, on a GPU, replayed
 as a CUDA graph (`torch.compile(mode="reduce-overhead")`): decoding a small
-model is bound by kernel launches, not by compute. Slots that are free or
-finished still run (static shapes) but do not advance.
+model is bound by kernel launches, not by compute. A compiled step runs every
+slot (static shapes); free and finished ones do not advance. An eager step runs
+only the slots up to the last occupied one, and `collect` moves the highest
+occupied slots into the slots freed below them, so rows that end early (eos,
+their own max_tokens, a stop string) stop costing steps.
 
 Prompts enter through `admit`, an ordinary eager forward over just the joining
 rows whose keys/values are copied into their slots: a slot freed by a finished
@@ -118,30 +121,35 @@ class DecodeFrame:
         self.horizon = 1  # host bound: no live row has more than horizon - 1 tokens in its cache
 
     # ---- the device step ------------------------------------------------------
-    def _step_impl(self, use_top_p: bool, greedy: bool, upto: int | None = None) -> None:
+    def _step_impl(self, use_top_p: bool, greedy: bool, upto: int | None = None, active: int | None = None) -> None:
         cols = self.col_index if upto is None else self.col_index[:upto]
-        visible = (cols[None, :] <= self.lengths[:, None])[:, None, None, :]
+        def rows(t: torch.Tensor) -> torch.Tensor:  # an eager step skips the free slots from `active` on
+            return t if active is None else t[:active]
+
+        lengths, tokens, produced, done = rows(self.lengths), rows(self.tokens), rows(self.produced), rows(self.done)
+        visible = (cols[None, :] <= lengths[:, None])[:, None, None, :]
         if self.mask_fill is not None:  # eager attention adds its mask
             zero = torch.zeros((), dtype=self.mask_dtype, device=self.device)
             visible = torch.where(visible, zero, torch.full_like(zero, self.mask_fill))
         if self.forward is not None:
-            logits = self.forward(self.tokens, self.lengths[:, None], visible, self.cache)
+            logits = self.forward(tokens, lengths[:, None], visible, self.cache)
         else:
-            logits = self.model(input_ids=self.tokens, attention_mask=visible, position_ids=self.lengths[:, None],
+            logits = self.model(input_ids=tokens, attention_mask=visible, position_ids=lengths[:, None],
                                 use_cache=True, **{self.cache_kwarg: self.cache}).logits[:, -1, :]
-        k = self.produced.clamp_max(self.columns - 1)[:, None]
-        tok, lp = sample_tokens(logits, self.temps, self.top_ps if use_top_p else None,
-                                self.uniforms.gather(1, k).squeeze(1), greedy_rows=greedy)
-        self.out_tokens.scatter_(1, k, tok[:, None])
-        self.out_logprobs.scatter_(1, k, lp[:, None])
-        self.tokens.copy_(tok[:, None])
-        live = (~self.done).long()
-        self.lengths.add_(live)
-        self.produced.add_(live)
-        self.done.copy_(self.done | torch.isin(tok, self.eos) | (self.produced >= self.limits))
+        k = produced.clamp_max(self.columns - 1)[:, None]
+        tok, lp = sample_tokens(logits, rows(self.temps), rows(self.top_ps) if use_top_p else None,
+                                rows(self.uniforms).gather(1, k).squeeze(1), greedy_rows=greedy)
+        rows(self.out_tokens).scatter_(1, k, tok[:, None])
+        rows(self.out_logprobs).scatter_(1, k, lp[:, None])
+        tokens.copy_(tok[:, None])
+        live = (~done).long()
+        lengths.add_(live)
+        produced.add_(live)
+        done.copy_(done | torch.isin(tok, self.eos) | (produced >= rows(self.limits)))
 
-    def step(self) -> None:
-        """One decode step for every slot (compiled on its first use in this frame, if compiling)."""
+    def step(self) -> int:
+        """One decode step (compiled on its first use in this frame, if compiling) -> how many slots it ran:
+        all of them compiled, the occupied ones eagerly."""
         rows = [r for r in self.rows if r is not None]
         variant = (any(r.sampling.top_p < 1.0 for r in rows), any(r.sampling.temperature == 0 for r in rows))
         if self.compile_mode is not None:
@@ -153,12 +161,16 @@ class DecodeFrame:
                 torch.compiler.cudagraph_mark_step_begin()
             with decode_attention_on(self.model):
                 fn()
-        else:  # eager: attend over the columns in use only
+            ran = self.slots
+        else:  # eager: step the occupied slots only (`collect` packs them first), over the columns in use
             upto = min(self.horizon, self.columns)
-            self.cache.set_view(upto)
-            self._step_impl(*variant, upto)
+            ran = max((s for s, r in enumerate(self.rows) if r is not None), default=-1) + 1
+            active = ran if ran < self.slots else None  # None: every slot, no slicing
+            self.cache.set_view(upto, active)
+            self._step_impl(*variant, upto, active)
         self.horizon += 1
         self.unscanned += 1
+        return ran
 
     def _compiled(self, use_top_p: bool, greedy: bool) -> Callable[[], None]:
         _allow_bucket_recompiles()
@@ -298,4 +310,30 @@ class DecodeFrame:
             freed.append(s)
         if freed:  # rows cut by a stop string stop advancing too
             self.done[torch.tensor(freed, device=self.device)] = True
+            if self.compile_mode is None:
+                self._pack()
         return finished
+
+    def _pack(self) -> None:
+        """Move the highest occupied slots into the free slots below them: an eager step runs slots
+        [0, last occupied] only, so a batch whose rows finish at different lengths does not keep
+        paying for the finished ones (on the CPU, half of tiny-1m's 32 rows cost ~70% of the step)."""
+        free = [s for s, r in enumerate(self.rows) if r is None]
+        used = [s for s, r in enumerate(self.rows) if r is not None]
+        src, dst = [], []
+        while free and used and free[0] < used[-1]:
+            dst.append(free.pop(0))
+            src.append(used.pop())
+        if not src:
+            return
+        self.cache.move(src, dst, min(self.horizon, self.columns))
+        s, d = torch.tensor(src, device=self.device), torch.tensor(dst, device=self.device)
+        for t in (self.lengths, self.tokens, self.produced, self.limits, self.done, self.temps, self.top_ps,
+                  self.uniforms):  # all of a row's uniforms: its later tokens draw them
+            t[d] = t[s]
+        width = min(self.horizon, self.columns)  # no live row has produced this many tokens yet
+        for t in (self.out_tokens, self.out_logprobs):
+            t[d, :width] = t[s, :width]
+        self.done[s] = True
+        for a, b in zip(src, dst):
+            self.rows[b], self.rows[a] = self.rows[a], None

@@ -10,8 +10,9 @@ Prompts are not written through `update`: the caller prefills them with an
 ordinary cache and copies the keys and values in (`write_prompt`). `update`
 serves decode steps only (one new token per row), at `write_at[b]`, a tensor
 the caller owns and advances. Attention reads the whole buffer under a compiled
-step (static shapes) and only the columns in use otherwise (`set_view`): on a
-CPU, reading the keys and values is most of a small model's decode step. The attention mask is the caller's 4-D one (it
+step (static shapes) and otherwise only the slots that step and the columns in use
+(`set_view`): on a CPU, reading the keys and values is most of a small model's
+decode step. The attention mask is the caller's 4-D one (it
 short-cuts transformers' mask building), so the size queries below exist for
 completeness only.
 """
@@ -33,6 +34,7 @@ class _SlotLayer(CacheLayerMixin):
         self.slots, self.columns, self.write_at = slots, columns, write_at
         self.rows = torch.arange(slots, device=write_at.device)
         self.view: int | None = None  # None: all columns (the static shape a compiled step needs)
+        self.active: int | None = None  # None: all slots; else only slots [0, active) step
 
     def allocate(self, heads: int, head_dim: int, dtype: torch.dtype, device: torch.device) -> None:
         shape = (self.slots, heads, self.columns, head_dim)
@@ -51,10 +53,15 @@ class _SlotLayer(CacheLayerMixin):
         if key_states.shape[-2] != 1:
             raise RuntimeError("SlotCache.update takes one decode token per row; prompts go through write_prompt")
         at = self.write_at.clamp_max(self.columns - 1)
-        self.keys[self.rows, :, at] = key_states[:, :, 0]
-        self.values[self.rows, :, at] = value_states[:, :, 0]
-        if self.view is not None:  # eager steps read only the columns some row has reached
-            return self.keys[:, :, :self.view], self.values[:, :, :self.view]
+        if self.active is None:
+            self.keys[self.rows, :, at] = key_states[:, :, 0]
+            self.values[self.rows, :, at] = value_states[:, :, 0]
+        else:
+            n = self.active
+            self.keys[self.rows[:n], :, at[:n]] = key_states[:, :, 0]
+            self.values[self.rows[:n], :, at[:n]] = value_states[:, :, 0]
+        if self.view is not None:  # eager steps read only the rows that step and the columns they reached
+            return self.keys[:self.active, :, :self.view], self.values[:self.active, :, :self.view]
         return self.keys, self.values
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
@@ -75,10 +82,18 @@ class SlotCache(Cache):
         self.slots, self.columns, self.write_at = slots, columns, write_at
         self.allocated = False
 
-    def set_view(self, columns: int | None) -> None:
-        """Let attention read only the first `columns` columns (None: all)."""
+    def set_view(self, columns: int | None, active: int | None = None) -> None:
+        """Let a step write only slots [0, `active`) and attention read only those slots' first `columns`
+        columns (None: all)."""
         for layer in self.layers:
-            layer.view = columns
+            layer.view, layer.active = columns, active
+
+    def move(self, src: list[int], dst: list[int], columns: int) -> None:
+        """Copy slots `src`' first `columns` columns of keys and values into slots `dst`."""
+        for layer in self.layers:  # slot by slot: a step frees a row or two, and a copy beats indexing
+            for s, d in zip(src, dst):
+                layer.keys[d, :, :columns].copy_(layer.keys[s, :, :columns])
+                layer.values[d, :, :columns].copy_(layer.values[s, :, :columns])
 
     def write_prompt(self, source: Cache, src_rows: list[int], src_cols: list[tuple[slice, ...]],
                      slots: list[int]) -> None:

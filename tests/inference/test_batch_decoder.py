@@ -69,6 +69,28 @@ def test_joined_row_samples_what_it_samples_alone(model_tok):
         assert out[i].completion_token_ids == gen.completion_token_ids
 
 
+def test_finished_rows_stop_costing_steps(model_tok):
+    """Rows of one batch that finish at different lengths: each eager step runs only the rows still
+    decoding (the last occupied slots move into freed ones), and every row still decodes exactly
+    (its own seed's tokens, teacher-forced log-probs)."""
+    model, tok = model_tok
+    prompts = _prompts(tok, 8)
+    # rows finish out of slot order (slots free below live ones); the last, moved early, outlives the horizon
+    lengths = [9, 2, 16, 5, 12, 3, 7, 40]
+    samplings = [SamplingConfig(temperature=1.0, max_tokens=n, seed=50 + i) for i, n in enumerate(lengths)]
+    dec = BatchDecoder(model, tok, compile=False)
+    dec.eos_ids = {-1}
+    gens = dec.generate(prompts, samplings)
+    # the first token comes from the prefill; a row of n tokens is stepped n - 1 times, then never again
+    assert dec.stats["steps"] == max(lengths) - 1
+    assert dec.stats["slot_steps"] == sum(n - 1 for n in lengths)
+    for p, s, gen in zip(prompts, samplings, gens):
+        assert len(gen.completion_token_ids) == s.max_tokens
+        assert gen.completion_token_ids == BatchDecoder(model, tok).generate([p], [s])[0].completion_token_ids
+        ref = _teacher_forced(model, p, gen.completion_token_ids)
+        assert max(abs(a - b) for a, b in zip(ref, gen.completion_logprobs)) < 1e-4
+
+
 def test_identical_prompts_are_prefilled_once_and_sampled_apart(model_tok):
     """A GRPO group shares its prompt: one prefill row for it, yet each completion is its own
     exact sample (teacher-forced log-probs) from its own seed."""
