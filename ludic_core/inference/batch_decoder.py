@@ -97,7 +97,7 @@ class BatchDecoder:
         # The slot frame's mask is full attention: a batch whose rows outgrow a sliding window
         # decodes on the dynamic-cache loop, where transformers' masks apply the window.
         self.window = _sliding_window(model.config.get_text_config())
-        # slot_steps: rows stepped, finished and free ones included (steps x slots where nothing is skipped)
+        # slot_steps: slots run, summed over steps (a compiled step runs every slot of its frame)
         self.stats = {"steps": 0, "slot_steps": 0, "admitted": 0, "frames": 0, "compile_seconds": 0.0}
 
     @property

@@ -123,10 +123,11 @@ class DecodeFrame:
     # ---- the device step ------------------------------------------------------
     def _step_impl(self, use_top_p: bool, greedy: bool, upto: int | None = None, active: int | None = None) -> None:
         cols = self.col_index if upto is None else self.col_index[:upto]
-        def rows(t: torch.Tensor) -> torch.Tensor:  # an eager step skips the free slots from `active` on
+
+        def stepping(t: torch.Tensor) -> torch.Tensor:  # an eager step skips the free slots from `active` on
             return t if active is None else t[:active]
 
-        lengths, tokens, produced, done = rows(self.lengths), rows(self.tokens), rows(self.produced), rows(self.done)
+        lengths, tokens, produced, done = stepping(self.lengths), stepping(self.tokens), stepping(self.produced), stepping(self.done)
         visible = (cols[None, :] <= lengths[:, None])[:, None, None, :]
         if self.mask_fill is not None:  # eager attention adds its mask
             zero = torch.zeros((), dtype=self.mask_dtype, device=self.device)
@@ -137,15 +138,15 @@ class DecodeFrame:
             logits = self.model(input_ids=tokens, attention_mask=visible, position_ids=lengths[:, None],
                                 use_cache=True, **{self.cache_kwarg: self.cache}).logits[:, -1, :]
         k = produced.clamp_max(self.columns - 1)[:, None]
-        tok, lp = sample_tokens(logits, rows(self.temps), rows(self.top_ps) if use_top_p else None,
-                                rows(self.uniforms).gather(1, k).squeeze(1), greedy_rows=greedy)
-        rows(self.out_tokens).scatter_(1, k, tok[:, None])
-        rows(self.out_logprobs).scatter_(1, k, lp[:, None])
+        tok, lp = sample_tokens(logits, stepping(self.temps), stepping(self.top_ps) if use_top_p else None,
+                                stepping(self.uniforms).gather(1, k).squeeze(1), greedy_rows=greedy)
+        stepping(self.out_tokens).scatter_(1, k, tok[:, None])
+        stepping(self.out_logprobs).scatter_(1, k, lp[:, None])
         tokens.copy_(tok[:, None])
         live = (~done).long()
         lengths.add_(live)
         produced.add_(live)
-        done.copy_(done | torch.isin(tok, self.eos) | (produced >= rows(self.limits)))
+        done.copy_(done | torch.isin(tok, self.eos) | (produced >= stepping(self.limits)))
 
     def step(self) -> int:
         """One decode step (compiled on its first use in this frame, if compiling) -> how many slots it ran:
