@@ -145,10 +145,12 @@ def embedded_api() -> None:
         return
     from prefect.server.api.server import SubprocessASGIServer
 
+    from flows.embedded_server import patient_startup
     from ludic_core.lifetime import reap_when_parent_dies
 
     server = SubprocessASGIServer()  # the client's own: one per process
-    server.start()
+    with patient_startup():  # a busy machine's server may listen seconds before it answers
+        server.start()
     if server.server_process is not None:
         reap_when_parent_dies(server.server_process.pid)
 

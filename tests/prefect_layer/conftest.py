@@ -8,6 +8,8 @@ and analytics off.
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 
@@ -20,7 +22,11 @@ def prefect_api(tmp_path_factory):
     )
     from prefect.testing.utilities import prefect_test_harness
 
+    from flows.embedded_server import patient_startup
+
     home = tmp_path_factory.mktemp("prefect-home")
     with temporary_settings({PREFECT_HOME: str(home), PREFECT_SERVER_ANALYTICS_ENABLED: False}):
-        with prefect_test_harness(server_startup_timeout=120):
+        with contextlib.ExitStack() as stack:
+            with patient_startup():  # the other xdist worker may hold both cores meanwhile
+                stack.enter_context(prefect_test_harness(server_startup_timeout=120))
             yield home
