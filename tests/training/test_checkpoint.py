@@ -9,12 +9,14 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
+from ludic_core.training import checkpoint
 from ludic_core.training.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
     load_model_weights,
     save_checkpoint,
 )
+from ludic_core.training.checkpoint_state import rng_snapshot
 from ludic_core.training.distributed import init_distributed
 
 
@@ -51,18 +53,30 @@ def ctx():
     return init_distributed()
 
 
-def test_roundtrip_restores_model_optimizer_scheduler_and_rng(tiny_model_dir, tmp_path, ctx):
+def test_roundtrip_restores_model_optimizer_scheduler_and_rng(tiny_model_dir, tmp_path, ctx, monkeypatch):
     model, opt, sched = _setup(tiny_model_dir)
     _train(model, opt, sched, range(2))
+    # The streams to expect continue from the states save_checkpoint captured, not from the
+    # global generators after it returns: another thread of the test process (a Prefect
+    # client's, say) may draw from Python's `random` while the checkpoint's files are written.
+    captured = []
+    monkeypatch.setattr(checkpoint, "rng_snapshot", lambda: captured.append(rng_snapshot()) or captured[-1])
     path = save_checkpoint(tmp_path, 2, model=model, optimizer=opt, scheduler=sched, ctx=ctx,
                            data_state={"cursor": 2, "epoch": 0})  # fmt: skip
     assert path == tmp_path / "step_00000002"
-    want_rand, want_random = torch.rand(5), random.random()
+    version, mt, gauss = captured[0]["python"]
+    stream = random.Random()
+    stream.setstate((version, tuple(mt), gauss))
+    generator = torch.Generator()
+    generator.set_state(torch.tensor(captured[0]["torch_cpu"], dtype=torch.uint8))
+    want_rand, want_random = torch.rand(5, generator=generator), stream.random()
+    torch.rand(5), random.random()  # training goes on past the checkpoint: loading it must rewind both
 
     model2, opt2, sched2 = _setup(tiny_model_dir)
     state = load_checkpoint(tmp_path, model=model2, optimizer=opt2, scheduler=sched2, ctx=ctx)
-    assert torch.equal(torch.rand(5), want_rand)
-    assert random.random() == want_random
+    got_random, got_rand = random.random(), torch.rand(5)  # at once: torch's op may let other threads run
+    assert got_random == want_random
+    assert torch.equal(got_rand, want_rand)
     assert state["step"] == 2 and state["data"] == {"cursor": 2, "epoch": 0}
     assert _max_diff(model.state_dict(), model2.state_dict()) == 0.0
     s1, s2 = opt.state_dict(), opt2.state_dict()
