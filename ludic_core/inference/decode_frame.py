@@ -327,13 +327,13 @@ class DecodeFrame:
             src.append(used.pop())
         if not src:
             return
-        self.cache.move(src, dst, min(self.horizon, self.columns))
+        width = min(self.horizon, self.columns)  # no live row has this many tokens in its cache yet
+        self.cache.move(src, dst, width)
         s, d = torch.tensor(src, device=self.device), torch.tensor(dst, device=self.device)
         for t in (self.lengths, self.tokens, self.produced, self.limits, self.done, self.temps, self.top_ps,
                   self.uniforms):  # all of a row's uniforms: its later tokens draw them
             t[d] = t[s]
-        width = min(self.horizon, self.columns)  # no live row has produced this many tokens yet
-        for t in (self.out_tokens, self.out_logprobs):
+        for t in (self.out_tokens, self.out_logprobs):  # nor produced this many
             t[d, :width] = t[s, :width]
         self.done[s] = True
         for a, b in zip(src, dst):

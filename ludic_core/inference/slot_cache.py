@@ -52,14 +52,10 @@ class _SlotLayer(CacheLayerMixin):
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if key_states.shape[-2] != 1:
             raise RuntimeError("SlotCache.update takes one decode token per row; prompts go through write_prompt")
-        at = self.write_at.clamp_max(self.columns - 1)
-        if self.active is None:
-            self.keys[self.rows, :, at] = key_states[:, :, 0]
-            self.values[self.rows, :, at] = value_states[:, :, 0]
-        else:
-            n = self.active
-            self.keys[self.rows[:n], :, at[:n]] = key_states[:, :, 0]
-            self.values[self.rows[:n], :, at[:n]] = value_states[:, :, 0]
+        n = self.active  # None: every slot ([:None] is the whole tensor)
+        at = self.write_at[:n].clamp_max(self.columns - 1)
+        self.keys[self.rows[:n], :, at] = key_states[:, :, 0]
+        self.values[self.rows[:n], :, at] = value_states[:, :, 0]
         if self.view is not None:  # eager steps read only the rows that step and the columns they reached
             return self.keys[:self.active, :, :self.view], self.values[:self.active, :, :self.view]
         return self.keys, self.values

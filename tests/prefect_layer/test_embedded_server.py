@@ -22,12 +22,13 @@ def _start_through_a_freeze(tmp_path) -> tuple[float | None, Exception | None]:
     from prefect.settings import PREFECT_HOME, PREFECT_SERVER_DATABASE_CONNECTION_URL, temporary_settings
 
     from flows.embedded_server import patient_startup
+    from ludic_core.queue.redis_server import free_port
 
     home = tmp_path / f"home-{time.monotonic_ns()}"
     home.mkdir()
     # its own home and database, not a harness's that this worker may be running
     isolated = {PREFECT_HOME: str(home), PREFECT_SERVER_DATABASE_CONNECTION_URL: f"sqlite+aiosqlite:///{home}/p.db"}
-    server = SubprocessASGIServer(port=_free_port())
+    server = SubprocessASGIServer(port=free_port())
     outcome: dict = {}
 
     def start() -> None:
@@ -55,12 +56,6 @@ def _start_through_a_freeze(tmp_path) -> tuple[float | None, Exception | None]:
     finally:
         server.stop()
     return outcome.get("seconds"), outcome.get("error")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _listens(port: int) -> bool:
