@@ -50,6 +50,7 @@ is ludic step / TRL step <= 0.6x. The first run also makes the warm-start model 
     .venv/bin/python benchmarks/grpo_step.py                    # tiny-1m, 15 timed steps each
     .venv/bin/python benchmarks/grpo_step.py --preset tiny-10m --steps 3
     .venv/bin/python benchmarks/grpo_step.py --sft-steps 0      # random weights: every reward -1
+    .venv/bin/python benchmarks/grpo_step.py --compile          # ludic's decode step compiled (inductor)
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ def make_reward(make_env, env_kwargs, parser, eos_ids: set[int], truncation_pena
 
 
 # ---- ludic ---------------------------------------------------------------------------
-def ludic_trainer(model_dir: Path, seeds: list[list[int]]):
+def ludic_trainer(model_dir: Path, seeds: list[list[int]], compile: bool | str = "auto"):
     from ludic_core.algorithms import make_grpo
     from ludic_core.batching.sources import RolloutBatchSource
     from ludic_core.compose.build import build_engine, episode_requests
@@ -122,7 +123,8 @@ def ludic_trainer(model_dir: Path, seeds: list[list[int]]):
     r = recipe()
     env, agent = r.rl_env, rl_agent(r)
     policy, tok = load_model_and_tokenizer(model_dir, dtype="float32")
-    client = LocalChatClient(copy.deepcopy(policy), tok, device="cpu", max_batch_size=PROMPTS * GROUP)
+    client = LocalChatClient(copy.deepcopy(policy), tok, device="cpu", max_batch_size=PROMPTS * GROUP,
+                             compile=compile)
     engine = build_engine(env, agent, client, max_concurrency=PROMPTS * GROUP)
     algo = make_grpo(group_size=GROUP, kl_coef=0.0)
     source = RolloutBatchSource(engine, lambda i: episode_requests(env, agent, seeds[i]), algo, max_steps=1,
@@ -213,13 +215,16 @@ def main() -> int:
     ap.add_argument("--sft-steps", type=int, default=DEFAULT_SFT_STEPS,
                     help="warm-start SFT steps on the teacher's games (0: random weights); made once, cached")
     ap.add_argument("--model-dir", help="an existing HF model dir with the byte tokenizer (skips the warm start)")
+    ap.add_argument("--compile", action="store_true",
+                    help="ludic decodes with a compiled step (inductor on the CPU; its one-off compile falls in "
+                         "the warm-up step and is printed)")
     args = ap.parse_args()
     import transformers
 
     n = 1 + args.steps
     model_dir = Path(args.model_dir) if args.model_dir else policy_dir(args.preset, args.sft_steps)
     make_env, env_kwargs, seeds, obs, parser = one_move_task(n)
-    trainer, source, client, tok = ludic_trainer(model_dir, seeds)
+    trainer, source, client, tok = ludic_trainer(model_dir, seeds, compile=True if args.compile else "auto")
     from ludic_core.agents.agent import Agent
 
     reward_fn = make_reward(make_env, env_kwargs, parser, client._decoder.eos_ids,
@@ -271,6 +276,8 @@ def main() -> int:
     signal = statistics.mean(x["metrics"].get("signal_groups", float("nan")) for x in timed)
     print(f"ludic decoded {stats.get('requests')} requests in {stats.get('batches')} batches "
           f"(largest {stats.get('max_batch')}); groups whose rewards differ: {signal:.1f} of {PROMPTS} a step")
+    if stats.get("compile_seconds"):
+        print(f"ludic's one-off decode compile (in its warm-up step): {stats['compile_seconds']:.1f} s")
     skipped = [(x["metrics"].get("skipped_items"), x["metrics"].get("skipped_tokens")) for x in timed]
     if any(a is not None or b is not None for a, b in skipped):
         print("ludic skipped_items / skipped_tokens per timed step: "

@@ -239,6 +239,9 @@ class LocalInferenceConfig(FrozenModel):
     max_batch_size: int | None = bounded(
         None, ge=1, le=MAX_CONCURRENCY,
         description="requests decoded together in one batch; default 256 on a GPU, 64 on the CPU")
+    compile: bool | Literal["auto"] = Field(
+        "auto", description="compile the decode step: auto = on a GPU only (CUDA graphs); true on the CPU too, "
+                            "which pays on long runs (a one-off compile per batch shape; see docs/results.md)")
 
 
 class AdapterPublishing(FrozenModel):

@@ -195,3 +195,19 @@ def test_a_rendered_prompt_is_reused_by_content_and_the_cache_is_bounded(tiny_mo
     c.encode_prompt(d)
     c.encode_prompt(a)
     assert len(renders) == 5
+
+
+def test_a_flows_local_engine_config_says_whether_the_decode_step_compiles(tiny_model_dir):
+    """`local.compile` (a flow's form, a YAML file) reaches the decoder: "auto" compiles on a GPU only,
+    true everywhere, false nowhere; anything else is refused naming the field."""
+    from pydantic import ValidationError
+
+    from ludic_core.compose.policy import ModelPolicy, model_client
+    from ludic_core.config import LocalInferenceConfig
+
+    for value, chosen in (("auto", "auto"), (True, True), ("false", False)):
+        client, _ = model_client(ModelPolicy(model_path=str(tiny_model_dir), local={"compile": value}))
+        assert client._decoder.compile == chosen
+    assert LocalInferenceConfig().compile == "auto"
+    with pytest.raises(ValidationError, match="compile"):
+        LocalInferenceConfig(compile="sometimes")
