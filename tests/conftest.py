@@ -196,7 +196,8 @@ def vllm_server(tiny_model_dir, tmp_path_factory):
     import sys
     from types import SimpleNamespace
 
-    from ludic_core.inference.vllm_server import pid_alive, free_port
+    from ludic_core.inference.vllm_server import pid_alive
+    from ludic_core.ports import free_port
     from ludic_core.inference.vllm_setup import env_python
 
     if not env_python().exists():

@@ -28,7 +28,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -44,9 +43,10 @@ from ludic_core.bounds import (MAX_CONCURRENCY, MAX_KV_CACHE_GIB, MAX_LORA_RANK,
 from ludic_core.frozen import FrozenModel
 from ludic_core.inference.errors import InferenceServerError
 from ludic_core.lifetime import with_parent
+from ludic_core.ports import free_port
 
 __all__ = ["VLLMServerConfig", "VLLMServer", "start_vllm_server", "stop_server_pid", "detect_build",
-           "resolve_python", "free_port", "pid_alive", "served_lora_rank", "VLLM_LORA_RANKS", "START_MARK"]
+           "resolve_python", "pid_alive", "served_lora_rank", "VLLM_LORA_RANKS", "START_MARK"]
 
 #: The line each start writes into `server-PORT.log` before the server's own output: a server
 #: restarted on its port (after a crash) appends to its predecessor's log, which it must not erase.
@@ -135,12 +135,6 @@ def detect_build(python: str) -> Literal["cpu", "cuda"]:
     if build is None:
         raise FileNotFoundError(f"{python} has no vLLM installed; run `ludic serve --setup`")
     return build
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def build_command(model_path: str, cfg: VLLMServerConfig, *, python: str, port: int,

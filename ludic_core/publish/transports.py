@@ -122,7 +122,7 @@ class NCCLTransport:
     def connect(self, control: ControlClient, worker_world_size: int) -> None:
         from vllm.distributed.weight_transfer.nccl_common import trainer_init as open_endpoint
 
-        from ludic_core.inference.vllm_server import free_port
+        from ludic_core.ports import free_port
 
         port = free_port(self.host)
         rendezvous = {"master_address": self.host, "master_port": port, "world_size": worker_world_size + 1}

@@ -17,14 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ludic_core.lifetime import with_parent
+from ludic_core.ports import free_port
 
-__all__ = ["LocalRedis", "free_port"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+__all__ = ["LocalRedis"]
 
 
 @dataclass

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,12 +16,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 _BIN = Path(sys.executable).parent / "prefect"
 PREFECT = [str(_BIN)] if _BIN.exists() else [sys.executable, "-m", "prefect"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _tail(path: Path, n: int = 60) -> str:

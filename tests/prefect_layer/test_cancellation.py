@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from ludic_core.ports import free_port
 from tests.procs import with_environ
-from tests.prefect_layer.stack import PREFECT, _free_port, _run, _start, _stop, _tail, base_env, start_server
+from tests.prefect_layer.stack import PREFECT, _run, _start, _stop, _tail, base_env, start_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.heavy, pytest.mark.vllm, pytest.mark.first]  # ~9 min of the heavy run
 
@@ -36,7 +37,7 @@ class Stack:
     """A server, the deployments, and a worker that can be killed and restarted."""
 
     def __init__(self, tmp: Path) -> None:
-        self.tmp, self.api_url = tmp, f"http://127.0.0.1:{_free_port()}/api"
+        self.tmp, self.api_url = tmp, f"http://127.0.0.1:{free_port()}/api"
         self.env = base_env(self.api_url, tmp / "home")
         self.env["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"] = str(HEARTBEAT_S)
         self.server = start_server(self.api_url, self.env, tmp / "server.log")

@@ -24,9 +24,11 @@ from pathlib import Path
 
 import pytest
 
+from ludic_core.ports import free_port
+
 pytestmark = [pytest.mark.slow, pytest.mark.first]  # one module-scoped stack: 2-7 min
 
-from tests.prefect_layer.stack import PREFECT, ROOT, _free_port, _run, _start, _stop, _tail, base_env, start_server
+from tests.prefect_layer.stack import PREFECT, ROOT, _run, _start, _stop, _tail, base_env, start_server
 
 POOL = "ludic-process"
 USER_PACKAGES = "user-packages"  # under the `deployed` tmp dir; on the worker's PYTHONPATH only
@@ -39,7 +41,7 @@ def deployed(request, tmp_path_factory):
     Yields (api_url, logs dir, timings, the CLI's environment). The worker's
     environment adds `logs dir / USER_PACKAGES` to PYTHONPATH (nothing else does)."""
     tmp = tmp_path_factory.mktemp(f"prefect-deploy-{request.param}")
-    api_url = f"http://127.0.0.1:{_free_port()}/api"
+    api_url = f"http://127.0.0.1:{free_port()}/api"
     env = base_env(api_url, tmp / "home")
     auth = f"ludic:{secrets.token_urlsafe(16)}"  # Prefect's own basic auth: the server's, and every client's
     env.update(PREFECT_SERVER_API_AUTH_STRING=auth, PREFECT_API_AUTH_STRING=auth)
@@ -451,7 +453,7 @@ def test_sft_spans_two_nodes_through_the_train_node_deployment(client, deployed,
     from prefect.client.schemas.filters import (DeploymentFilter, DeploymentFilterName, LogFilter,
                                                 LogFilterFlowRunId)
 
-    endpoint = f"127.0.0.1:{_free_port()}"
+    endpoint = f"127.0.0.1:{free_port()}"
     cfg = {"model_path": str(tiny_model_dir), "dataset_path": str(teacher_dataset), "out_dir": str(tmp_path / "sft"),
            "steps": 4, "steps_per_stage": 2, "batch_size": 8, "launcher": "torchrun", "nproc": 1,
            "nodes": {"nnodes": 2, "rdzv_endpoint": endpoint, "rdzv_id": f"sft-{tmp_path.name}",

@@ -22,7 +22,7 @@ def _start_through_a_freeze(tmp_path) -> tuple[float | None, Exception | None]:
     from prefect.settings import PREFECT_HOME, PREFECT_SERVER_DATABASE_CONNECTION_URL, temporary_settings
 
     from flows.embedded_server import patient_startup
-    from ludic_core.queue.redis_server import free_port
+    from ludic_core.ports import free_port
 
     home = tmp_path / f"home-{time.monotonic_ns()}"
     home.mkdir()

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.prefect_layer.stack import PREFECT, _free_port, _run, _stop, base_env, start_server
+from ludic_core.ports import free_port
+from tests.prefect_layer.stack import PREFECT, _run, _stop, base_env, start_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
@@ -40,7 +41,7 @@ def ui(tmp_path_factory):
     from selenium.webdriver.chrome.service import Service
 
     tmp = tmp_path_factory.mktemp("prefect-ui")
-    api_url = f"http://127.0.0.1:{_free_port()}/api"
+    api_url = f"http://127.0.0.1:{free_port()}/api"
     env = base_env(api_url, tmp / "home")
     env["PREFECT_SERVER_UI_ENABLED"] = "true"
     server = start_server(api_url, env, tmp / "server.log")

@@ -4,7 +4,6 @@ Each "node" runs the same command (c10d rendezvous), with one rank each; the
 job they form must train exactly what one node with two ranks trains.
 """
 
-import socket
 import threading
 
 import pytest
@@ -12,14 +11,9 @@ import torch
 from pydantic import ValidationError
 
 from ludic_core.config import SFTConfig, TrainerConfig
+from ludic_core.ports import free_port
 from ludic_core.training.launch import run_torchrun, torchrun_command
 from ludic_core.training.stage_spec import DatasetData, NodeSettings, StageSpec
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _spec(model, data, ckpt, nodes=NodeSettings(), device="auto"):
@@ -58,7 +52,7 @@ def _weights(model_dir):
 
 @pytest.mark.heavy  # ~35 s of two torchrun agents; make test-heavy (and .ci/run) runs it
 def test_two_loopback_nodes_train_what_one_node_with_two_ranks_trains(tiny_model_dir, teacher_dataset, tmp_path):
-    nodes = NodeSettings(nnodes=2, rdzv_endpoint=f"127.0.0.1:{_free_port()}", rdzv_id="loopback",
+    nodes = NodeSettings(nnodes=2, rdzv_endpoint=f"127.0.0.1:{free_port()}", rdzv_id="loopback",
                          join_timeout_s=120)
     # CPU ranks over gloo: two loopback "nodes" on one machine would both bind cuda:0 (NCCL refuses
     # two ranks on one GPU); real nodes each have their own GPUs.
