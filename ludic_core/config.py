@@ -188,6 +188,10 @@ class TrainerConfig(FrozenModel):
         False, description="lay items end to end in each micro-batch's rows (no padding between them) where that "
         "computes fewer positions; checked once against padded rows. Off by default: on the CPU (sdpa, dense "
         "document masks) it measured 1.10-1.25x slower (docs/results.md); meant for GPU attention kernels")
+    share_prompts: bool = Field(
+        True, description="rows of a micro-batch that open with the same prompt (a GRPO group's completions) run "
+        "it once, as a KV cache their completions attend to: the same gradient, less compute; checked once against "
+        "unshared rows. One process only (off under torchrun, with compile or with grad_checkpointing)")
     grad_checkpointing: bool = False
     compile: bool = Field(
         False, description="torch.compile each decoder layer (dynamic shapes; one process only): fused norms, "

@@ -14,6 +14,7 @@ really is causal without a mask is checked once per run (`causal`).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -24,6 +25,7 @@ from ludic_core.batching.packing import pack_micro_batches, unpack
 from ludic_core.batching.saw import SAWItem
 from ludic_core.device import forward_cost_tokens
 from ludic_core.training import distributed as dist_utils
+from ludic_core.training.shared_prefix import SharedPrefix, plan_shared_prefix
 
 __all__ = ["MicroBatcher", "is_pad", "to_device"]
 
@@ -32,13 +34,15 @@ log = logging.getLogger(__name__)
 class MicroBatcher:
     """Splits a step's items into micro-batches of at most `micro_token_budget` tokens.
 
-    `scorer` (the trainer's `PolicyScorer`) is used once, by the packing check.
+    `scorer` (the trainer's `PolicyScorer`) is used once by each check (packing, shared prompts).
     """
 
     def __init__(self, *, micro_token_budget: int, pad_id: int, packing: bool, scorer: Any,
-                 ctx: dist_utils.DistContext, compute_dtype: torch.dtype) -> None:
+                 ctx: dist_utils.DistContext, compute_dtype: torch.dtype, share_prompts: bool = False) -> None:
         self.budget, self.pad_id = micro_token_budget, pad_id
         self.packing = packing  # switched off if the model does not honour packed rows
+        self.share_prompts = share_prompts  # switched off if shared prompts score differently
+        self._sharing_checked = False
         self.scorer, self.ctx, self.compute_dtype = scorer, ctx, compute_dtype
         self.forward_cost = forward_cost_tokens(ctx.device)  # what length-sorted cutting trades padding against
         self._packing_checked = False
@@ -63,6 +67,39 @@ class MicroBatcher:
     def attention_mask(self, mb: MicroBatch) -> torch.Tensor | None:
         """The mask a padded micro-batch runs with: none once the model proved causal without one."""
         return None if self.causal else to_device(mb.attention_mask, self.ctx.device)
+
+    def shared_prompts(self, mb: MicroBatch, start: int) -> SharedPrefix | None:
+        """The layout that runs each prompt of a padded micro-batch once (`shared_prefix`), on the
+        device, where it saves more than a forward's fixed cost; checked once per run against the
+        rows scored whole, and given up (with a warning) if the two differ."""
+        if not self.share_prompts or mb.packed is not None or is_pad(mb) or not self.scorer.can_share:
+            return None
+        plan = plan_shared_prefix(mb.input_ids, mb.attention_mask, mb.action_mask, start, pad_id=self.pad_id,
+                                  min_saved=self.forward_cost)
+        if plan is None:
+            return None
+        plan = dataclasses.replace(plan, **{f.name: to_device(getattr(plan, f.name), self.ctx.device)
+                                            for f in dataclasses.fields(plan) if f.name != "saved_positions"})
+        if not self._sharing_checked:
+            self._sharing_checked = True
+            self.share_prompts = self._sharing_holds(mb, plan, start)
+            if not self.share_prompts:
+                return None
+        return plan
+
+    def _sharing_holds(self, mb: MicroBatch, plan: SharedPrefix, start: int) -> bool:
+        device = self.ctx.device
+        ids = to_device(mb.input_ids, device)
+        with torch.no_grad():
+            whole, _ = self.scorer(ids, to_device(mb.attention_mask, device), start, None, False)
+            shared, _ = self.scorer.shared_prefix_logprobs(plan, ids, start, None, False, None)
+        acting = to_device(mb.action_mask[:, start + 1:], device) > 0
+        diff = float((whole - shared).abs()[acting].max()) if bool(acting.any()) else 0.0
+        if diff > self._tolerance():
+            log.warning("%s scores rows differently when their shared prompt runs once (by %.3g); scoring "
+                        "every row whole", type(self.scorer.model).__name__, diff)
+            return False
+        return True
 
     def _collate(self, items: list[SAWItem]) -> list[MicroBatch]:
         """Packed or padded micro-batches, whichever computes fewer positions (each

@@ -27,6 +27,7 @@ import torch
 
 from ludic_core.device import attention_backends
 from ludic_core.losses import linear_token_logprobs, token_entropy, token_logprobs
+from ludic_core.training.shared_prefix import SharedPrefix
 
 __all__ = ["PolicyScorer"]
 
@@ -50,12 +51,23 @@ class PolicyScorer:
         # (a copy of every layer's keys and values) on each training forward
         self.no_cache = {"use_cache": False} if _accepts(model, "use_cache") else {}
         self.head, self.decoder = _linear_head(model) if self.keeps_logits else (None, None)
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model  # under PEFT's wrapper
+        self.cache_kwarg = next((n for n in ("cache", "past_key_values") if _accepts_named(base, n)), None)
         self.verified = False
 
     @property
     def fused(self) -> bool:
         """True while log-probs come straight from hidden states (no logits)."""
         return self.head is not None
+
+    @property
+    def can_share(self) -> bool:
+        """Whether `shared_prefix_logprobs` can run: log-probs from hidden states (checked on a first
+        micro-batch), a KV cache the forward takes, no activation checkpointing (it drops caches)."""
+        checkpointing = getattr(self.model, "is_activation_checkpointing", None)  # transformers >= 5.2x
+        if checkpointing is None:
+            checkpointing = getattr(self.model, "is_gradient_checkpointing", False)
+        return self.fused and self.verified and self.cache_kwarg is not None and not checkpointing
 
     def __call__(self, ids: torch.Tensor, attention_mask: torch.Tensor | None, start: int,
                  temperatures: torch.Tensor | None, need_entropy: bool,
@@ -108,6 +120,29 @@ class PolicyScorer:
             self.verified = True
         return hidden
 
+    def shared_prefix_logprobs(self, plan: SharedPrefix, ids: torch.Tensor, start: int,
+                               temperatures: torch.Tensor | None, need_entropy: bool,
+                               positions: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`__call__`'s result for a padded micro-batch, its shared prompts run once (`plan`, on the
+        device): the prompts forward with a KV cache, each row's completion against its prompt's."""
+        captured: list[Any] = []
+        hook = self.decoder.register_forward_hook(lambda _m, _a, out: captured.append(out))
+        try:
+            with self._forward_context():
+                out = self.model(input_ids=plan.prefix_ids, attention_mask=plan.prefix_mask, use_cache=True,
+                                 logits_to_keep=1)
+                cache = getattr(out, self.cache_kwarg)  # the output field is named as the argument
+                cache.reorder_cache(plan.row_prompt)  # each row's prompt: an index_select, so gradients sum back
+                self.model(input_ids=plan.suffix_ids, attention_mask=plan.suffix_mask,
+                           position_ids=plan.suffix_positions, use_cache=True, logits_to_keep=1,
+                           **{self.cache_kwarg: cache})
+        finally:
+            hook.remove()
+        prompt, own = (o.last_hidden_state if hasattr(o, "last_hidden_state") else o[0] for o in captured[-2:])
+        flat = torch.cat((prompt.reshape(-1, prompt.shape[-1]), own.reshape(-1, own.shape[-1]),
+                          own.new_zeros((1, own.shape[-1]))))
+        return self._from_hidden(flat[plan.gather], ids[:, start:], temperatures, need_entropy, positions)
+
     def _give_up(self, why: str) -> None:
         log.warning("%s: %s; scoring from its full logits instead", type(self.model).__name__, why)
         self.head = None
@@ -148,6 +183,14 @@ def _accepts(model: Any, name: str) -> bool:
     except (TypeError, ValueError):
         return False
     return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def _accepts_named(model: Any, name: str) -> bool:
+    """Whether `model.forward` names the parameter `name` (not only takes **kwargs)."""
+    try:
+        return name in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _accepts_logits_to_keep(model: Any) -> bool:

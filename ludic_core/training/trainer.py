@@ -111,8 +111,11 @@ class Trainer:
             config.schedule, warmup_steps=config.warmup_steps, total_steps=config.total_steps))
         self.batcher = MicroBatcher(micro_token_budget=config.micro_token_budget, pad_id=self.pad_id,
                                     packing=config.packing, scorer=self.scorer, ctx=self.ctx,
-                                    compute_dtype=self.compute_dtype)
+                                    compute_dtype=self.compute_dtype,
+                                    share_prompts=(config.share_prompts and not self.ctx.is_distributed
+                                                   and not config.compile and not config.grad_checkpointing))
         self.step = 0
+        self._shared_positions = 0  # this step's prompt positions run once for several rows
         self.policy_version = 0
         self.history: list[dict[str, float]] = []
 
@@ -203,14 +206,20 @@ class Trainer:
 
     def _padded_scoring(self, mb: MicroBatch, temps: torch.Tensor | None) -> Callable:
         ids, attention = to_device(mb.input_ids, self.ctx.device), self.batcher.attention_mask(mb)
-        found: dict[int, torch.Tensor] = {}  # by start: the policy and a KL reference share them
+        found: dict[int, tuple[torch.Tensor, Any]] = {}  # by start: the policy and a KL reference share them
 
         def score(scorer, start, need_entropy):
             if start not in found:  # only the action tokens' positions are scored (found on the host: no sync)
                 at = torch.zeros(mb.input_ids[:, start:].shape, dtype=torch.bool)
                 at[:, :-1] = mb.action_mask[:, start + 1:] > 0
-                found[start] = to_device(at.flatten().nonzero().squeeze(1), self.ctx.device)
-            return scorer(ids, attention, start, temps, need_entropy, positions=found[start])
+                plan = self.batcher.shared_prompts(mb, start)  # a GRPO group's prompt runs once
+                if plan is not None:
+                    self._shared_positions += plan.saved_positions
+                found[start] = (to_device(at.flatten().nonzero().squeeze(1), self.ctx.device), plan)
+            positions, plan = found[start]
+            if plan is not None and scorer.can_share:
+                return scorer.shared_prefix_logprobs(plan, ids, start, temps, need_entropy, positions)
+            return scorer(ids, attention, start, temps, need_entropy, positions=positions)
         return score
 
     def _packed_scoring(self, mb: MicroBatch, tempered: bool) -> Callable:
@@ -243,6 +252,7 @@ class Trainer:
         scored, skipped = self._split_inert(items)
         mbs = self.batcher.split(scored)
         totals = self._totals(mbs, dist_utils.shard_batch(skipped, self.ctx))
+        self._shared_positions = 0
         step_metrics = StepMetrics()
         for i, mb in enumerate(mbs):
             dist_utils.set_gradient_sync(self.model, i == len(mbs) - 1)
@@ -294,6 +304,7 @@ class Trainer:
             "items": float(len(items)),
             "skipped_items": totals["skipped_items"],
             "skipped_tokens": totals["skipped_tokens"],
+            "shared_prompt_positions": float(self._shared_positions),
             "stale_dropped": float(stale),
             "micro_batches": float(len(mbs)),
             "padding_waste": padding_waste(mbs),
