@@ -39,7 +39,9 @@ per-token log-probs and builds its own episodes (env, agent, parser) per complet
 TRL scores the old policy's log-probs only when it needs them (it does not here). Where
 ludic's Trainer leaves out items whose advantage is zero (a group whose 8 rewards are
 equal), it says so in its step metrics (`skipped_items` / `skipped_tokens`, printed);
-TRL runs forward and backward on all 64 completions. The warm start leaves about half
+TRL runs forward and backward on all 64 completions. Where a group's completions share their
+prompt, ludic's Trainer runs it once for them (`shared_prompt_positions`, printed); TRL runs
+it once per completion. The warm start leaves about half
 the groups with a reward spread, so both kinds of group are in every step.
 Printed: median step seconds, split into the rollout part and the rest (the update),
 mean completion tokens and mean reward per side, the ratio ludic / TRL (whole step and
@@ -284,6 +286,9 @@ def main() -> int:
               + ", ".join(f"{a if a is None else int(a)}/{b if b is None else int(b)}" for a, b in skipped))
     else:
         print("ludic skipped_items / skipped_tokens: not reported by this Trainer")
+    shared = [x["metrics"].get("shared_prompt_positions") for x in timed]
+    if any(v is not None for v in shared):  # prompt positions run once for a group's rows
+        print("ludic shared_prompt_positions per timed step: " + ", ".join(str(int(v or 0)) for v in shared))
     print(f"{'trainer':<18}{'median step s':>14}{'rollout s':>10}{'update s':>10}{'mean completion':>16}"
           f"{'mean reward':>12}")
     print(f"{'ludic':<18}{med:>14.3f}{roll:>10.3f}{upd:>10.3f}"
