@@ -8,7 +8,7 @@ import logging
 import pytest
 import torch
 
-from ludic_core.algorithms import make_cispo, make_grpo, make_gspo, make_reinforce
+from ludic_core.algorithms import make_cispo, make_grpo, make_gspo, make_reinforce, make_sft
 from ludic_core.batching.saw import SAWBatch, SAWItem
 from ludic_core.config import LoRAConfig
 from ludic_core.training import micro_batches as micro_batches_module
@@ -86,6 +86,7 @@ ALGORITHMS = {
     "grpo_kl": lambda: make_grpo(kl_coef=0.1),  # the reference model's log-probs share prompts too
     "grpo_entropy": lambda: make_grpo(entropy_coef=0.01),
     "grpo_lora": lambda: make_grpo(),  # adapters on the attention projections (`_trainer` below)
+    "sft": lambda: make_sft(),  # a demonstration's turns share their openings too
 }
 
 
