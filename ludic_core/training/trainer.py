@@ -74,8 +74,9 @@ class Trainer:
         reference = _frozen_copy(model) if getattr(algorithm, "requires_reference", False) else None
         if config.lora is not None:
             model = apply_lora(model, config.lora)
-        if config.grad_checkpointing:
-            model.gradient_checkpointing_enable()
+        if config.grad_checkpointing:  # transformers >= 5.2x names it activation checkpointing
+            enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+            enable()
             model.config.use_cache = False
         if not self.ctx.is_distributed:  # one process: this is where the model meets its device
             if ctx is not None:  # the caller resolved the device (run_stage): keep its context as built

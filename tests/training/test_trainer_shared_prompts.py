@@ -11,11 +11,8 @@ import torch
 from ludic_core.algorithms import make_cispo, make_grpo, make_gspo, make_reinforce, make_sft
 from ludic_core.batching.saw import SAWBatch, SAWItem
 from ludic_core.config import LoRAConfig
-from ludic_core.training import micro_batches as micro_batches_module
-from ludic_core.training import trainer as trainer_module
 from ludic_core.training.shared_prefix import plan_shared_prefix
-from tests.host_syncs import SyncCounter
-from tests.training.test_trainer_skip import _assert_same_grads, _step_with_grads, _trainer
+from tests.training.test_trainer_skip import _assert_same_grads, _step_with_grads, _sync_count, _trainer
 
 
 def test_the_plan_of_two_prompts_by_hand():
@@ -66,17 +63,6 @@ def _groups(weights=WEIGHTS, multi_turn: bool = False) -> list[SAWItem]:
     return items
 
 
-def _verified(tr, batch: SAWBatch) -> None:
-    """Score one row, so the scorers verify their fused heads (as a first micro-batch does) and
-    the next step's micro-batch can share its prompts."""
-    ids = torch.tensor([batch.items[0].input_ids])
-    with torch.no_grad():
-        for scorer in (tr.scorer, tr.ref_scorer):
-            if scorer is not None:
-                scorer(ids, None, 0, None, False)
-                assert scorer.can_share
-
-
 ALGORITHMS = {
     "grpo": lambda: make_grpo(),
     "grpo_sequence_reduction": lambda: make_grpo(loss_reduction="sequence"),
@@ -98,8 +84,7 @@ def test_shared_prompts_leave_the_step_unchanged(tiny_model_dir, name, multi_tur
     for share in (True, False):
         lora = {"lora": LoRAConfig(r=4)} if name.endswith("lora") else {}
         tr = _trainer(tiny_model_dir, ALGORITHMS[name](), batch, skip=True, share_prompts=share, **lora)
-        _verified(tr, batch)
-        steps[share] = _step_with_grads(tr)  # from the same weights (a second step would not be)
+        steps[share] = _step_with_grads(tr)  # the first step: from the same weights, and already shared
     (on, g_on), (off, g_off) = steps[True], steps[False]
     _assert_same_grads(g_on, g_off)
     assert on["loss"] == pytest.approx(off["loss"], rel=1e-5, abs=1e-7)
@@ -154,23 +139,17 @@ def test_sharing_is_off_where_a_forward_cannot_keep_a_cache(tiny_model_dir):
 
 def test_a_shared_prompt_step_still_reads_the_device_twice(tiny_model_dir, monkeypatch):
     """Sharing adds no host read inside a step (the once-per-run check runs in the first step)."""
-    tr = _trainer(tiny_model_dir, make_grpo(kl_coef=0.1, entropy_coef=0.01), SAWBatch(_groups()), skip=True,
-                  max_grad_norm=1.0)
-    tr.train_step()
-    counter = SyncCounter(tr.model.parameters())
-    for module in (trainer_module, micro_batches_module):
-        monkeypatch.setattr(module, "to_device", lambda t, device: counter.mark(t.to(device, copy=True)))
+    count, where, _, metrics = _sync_count(tiny_model_dir, 100_000, monkeypatch, items=_groups())
+    assert metrics["shared_prompt_positions"] > 0
+    assert (count, where) == (2, ["tolist", "__float__"])
 
-    def pause(*_):  # the models' own internals (HF's mask builder) are not the trainer's
-        counter.paused += 1
 
-    def resume(*_):
-        counter.paused -= 1
-
-    for model in (tr.model, tr.ref_scorer.model):
-        model.register_forward_pre_hook(pause)
-        model.register_forward_hook(resume)
-    with counter:
-        m = tr.train_step()
-    assert m["shared_prompt_positions"] > 0
-    assert (counter.count, counter.where) == (2, ["tolist", "__float__"])
+def test_activation_checkpointing_trains_to_the_same_gradient(tiny_model_dir):
+    """`grad_checkpointing` recomputes each layer in the backward instead of keeping its
+    activations: the same gradient (and, with it, whole rows instead of shared prompts)."""
+    batch = SAWBatch(_groups())
+    trainers = [_trainer(tiny_model_dir, make_grpo(), batch, skip=True, grad_checkpointing=c) for c in (True, False)]
+    assert [t.model.is_activation_checkpointing for t in trainers] == [True, False]
+    (on, g_on), (off, g_off) = (_step_with_grads(t) for t in trainers)
+    _assert_same_grads(g_on, g_off)
+    assert on["shared_prompt_positions"] == 0.0 and off["shared_prompt_positions"] > 0

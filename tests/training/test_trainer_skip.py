@@ -166,8 +166,11 @@ def test_a_step_with_every_item_skipped_moves_the_weights_as_the_unskipped_one(t
         assert torch.equal(after[True][k], after[False][k]), k
 
 
-def _sync_count(model_dir, budget: int, monkeypatch) -> tuple[int, list[str], float]:
-    tr = _trainer(model_dir, make_grpo(kl_coef=0.1, entropy_coef=0.01), SAWBatch(_items(WEIGHTS)), skip=True,
+def _sync_count(model_dir, budget: int, monkeypatch, items: list[SAWItem] | None = None
+                ) -> tuple[int, list[str], float, dict]:
+    """Host reads in a step's second step: (count, where, micro-batches, the step's metrics)."""
+    batch = SAWBatch(items if items is not None else _items(WEIGHTS))
+    tr = _trainer(model_dir, make_grpo(kl_coef=0.1, entropy_coef=0.01), batch, skip=True,
                   micro_token_budget=budget, max_grad_norm=1.0)
     tr.train_step()  # the scorer's one-off check of its fused path runs here
     counter = SyncCounter(tr.model.parameters())
@@ -185,7 +188,7 @@ def _sync_count(model_dir, budget: int, monkeypatch) -> tuple[int, list[str], fl
         model.register_forward_hook(resume)
     with counter:
         m = tr.train_step()
-    return counter.count, counter.where, m["micro_batches"]
+    return counter.count, counter.where, m["micro_batches"], m
 
 
 def test_a_training_step_reads_the_device_once_whatever_its_micro_batch_count(tiny_model_dir, monkeypatch):
