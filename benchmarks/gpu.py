@@ -469,15 +469,17 @@ def section_grpo(args, s: Sizes, device: torch.device) -> None:
             lengths.append(sum(len(st.trace.completion_token_ids) for r in rs for st in r.steps if st.trace)
                            / max(len(rs), 1))
         skipped = [h.get("skipped_items", 0.0) for h in trainer.history[-n_steps:]]
-        runs[label] = (ludic[1:], rollout_s[1:], lengths[1:], statistics.mean(skipped))
+        shared = [h.get("shared_prompt_positions", 0.0) for h in trainer.history[-n_steps:]]
+        runs[label] = (ludic[1:], rollout_s[1:], lengths[1:], statistics.mean(skipped), statistics.mean(shared))
     stats = trainer.publisher.client.stats
     peak = f"{gib(torch.cuda.max_memory_allocated(device))} GiB peak" if device.type == "cuda" else ""
     print(f"ludic decoded {stats['requests']} requests in {stats['batches']} batches (largest {stats['max_batch']}),"
           f" decode compile + capture {stats['compile_seconds']:.1f} s once  {peak}")
-    print(f"{'trainer':<18}{'median step s':>14}{'rollout s':>10}{'mean completion':>16}{'items skipped':>15}")
-    for label, (ludic, rollout_s, lengths, skipped) in runs.items():
+    print(f"{'trainer':<18}{'median step s':>14}{'rollout s':>10}{'mean completion':>16}{'items skipped':>15}"
+          f"{'prompt positions shared':>25}")
+    for label, (ludic, rollout_s, lengths, skipped, shared) in runs.items():
         print(f"{label:<18}{statistics.median(ludic):>14.3f}{statistics.median(rollout_s):>10.3f}"
-              f"{statistics.mean(lengths):>16.1f}{skipped:>15.1f}")
+              f"{statistics.mean(lengths):>16.1f}{skipped:>15.1f}{shared:>25.0f}")
     meds = {label: statistics.median(r[0]) for label, r in runs.items()}
     # TRL runs alone: both at once do not fit one 80 GB GPU (TRL scores 128 full-vocab rows at once),
     # so the two are not interleaved; ludic's model, optimizer and client copy are freed first.
