@@ -90,14 +90,20 @@ class MicroBatcher:
     def _sharing_holds(self, mb: MicroBatch, plan: SharedPrefix, start: int) -> bool:
         device = self.ctx.device
         ids = to_device(mb.input_ids, device)
+        name = type(self.scorer.model).__name__
         with torch.no_grad():
             whole, _ = self.scorer(ids, to_device(mb.attention_mask, device), start, None, False)
-            shared, _ = self.scorer.shared_prefix_logprobs(plan, ids, start, None, False, None)
+            try:
+                shared, _ = self.scorer.shared_prefix_logprobs(plan, ids, start, None, False, None)
+            except Exception as exc:  # a model whose forward or cache does not work this way
+                log.warning("%s cannot run a shared prompt once (%s: %s); scoring every row whole",
+                            name, type(exc).__name__, exc)
+                return False
         acting = to_device(mb.action_mask[:, start + 1:], device) > 0
         diff = float((whole - shared).abs()[acting].max()) if bool(acting.any()) else 0.0
         if diff > self._tolerance():
             log.warning("%s scores rows differently when their shared prompt runs once (by %.3g); scoring "
-                        "every row whole", type(self.scorer.model).__name__, diff)
+                        "every row whole", name, diff)
             return False
         return True
 

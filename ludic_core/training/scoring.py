@@ -14,6 +14,9 @@ micro-batch). Two cuts, both exact:
    scaling, an output layer that is not an `nn.Linear`, a sharded one) get
    `token_logprobs` on the model's own logits, which keeps those logits but no
    fp32 copy of them.
+
+Compute has one more cut, exact too: rows that open with the same prompt (a GRPO
+group) can run it once (`shared_prefix_logprobs`, laid out by `shared_prefix`).
 """
 
 from __future__ import annotations

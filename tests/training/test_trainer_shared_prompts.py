@@ -153,3 +153,19 @@ def test_activation_checkpointing_trains_to_the_same_gradient(tiny_model_dir):
     (on, g_on), (off, g_off) = (_step_with_grads(t) for t in trainers)
     _assert_same_grads(g_on, g_off)
     assert on["shared_prompt_positions"] == 0.0 and off["shared_prompt_positions"] > 0
+
+
+def test_a_model_that_cannot_run_a_shared_prompt_is_scored_whole(tiny_model_dir, caplog, monkeypatch):
+    """A forward or cache that fails the shared layout (here: a cache that cannot be reordered)
+    costs a warning, not the run."""
+    from transformers import DynamicCache
+
+    def unsupported(self, beam_idx):
+        raise NotImplementedError("no reordering here")
+
+    monkeypatch.setattr(DynamicCache, "reorder_cache", unsupported)
+    tr = _trainer(tiny_model_dir, make_grpo(), SAWBatch(_groups()), skip=True)
+    with caplog.at_level(logging.WARNING):
+        m = tr.train_step()
+    assert "cannot run a shared prompt once (NotImplementedError: no reordering here)" in caplog.text
+    assert not tr.batcher.share_prompts and m["shared_prompt_positions"] == 0.0 and m["micro_batches"] == 1
