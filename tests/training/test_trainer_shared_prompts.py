@@ -84,7 +84,14 @@ def test_shared_prompts_leave_the_step_unchanged(tiny_model_dir, name, multi_tur
     for share in (True, False):
         lora = {"lora": LoRAConfig(r=4)} if name.endswith("lora") else {}
         tr = _trainer(tiny_model_dir, ALGORITHMS[name](), batch, skip=True, share_prompts=share, **lora)
+        ref_shared = []
+        if tr.ref_scorer is not None:  # its head verified now (else on its first micro-batch), so it shares too
+            with torch.no_grad():
+                tr.ref_scorer(torch.tensor([batch.items[0].input_ids]), None, 0, None, False)
+            shared_call = tr.ref_scorer.shared_prefix_logprobs
+            tr.ref_scorer.shared_prefix_logprobs = lambda *a, **k: ref_shared.append(1) or shared_call(*a, **k)
         steps[share] = _step_with_grads(tr)  # the first step: from the same weights, and already shared
+        assert len(ref_shared) == (1 if share and name == "grpo_kl" else 0)
     (on, g_on), (off, g_off) = steps[True], steps[False]
     _assert_same_grads(g_on, g_off)
     assert on["loss"] == pytest.approx(off["loss"], rel=1e-5, abs=1e-7)
