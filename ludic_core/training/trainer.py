@@ -28,7 +28,6 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ludic_core.batching.collate import MicroBatch, padding_waste
-from ludic_core.batching.packing import unpack
 from ludic_core.batching.saw import SAWBatch, SAWItem, is_stale
 from ludic_core.config import TrainerConfig
 from ludic_core.device import place_model, resolve_dtype
@@ -37,6 +36,7 @@ from ludic_core.training import distributed as dist_utils
 from ludic_core.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from ludic_core.training.compiled_layers import compile_layers
 from ludic_core.training.lora import adapter_config, adapter_state_dict, apply_lora, is_lora, merged_state_dict
+from ludic_core.training.micro_batch_scoring import PackedScoring, PaddedScoring
 from ludic_core.training.micro_batches import MicroBatcher, is_pad, to_device
 from ludic_core.training.schedules import lr_multiplier
 from ludic_core.training.scoring import PolicyScorer
@@ -187,7 +187,8 @@ class Trainer:
             if bool((mb.temperatures != 1.0).any()):  # the micro-batch is on the host: no sync
                 temps = to_device(mb.temperatures, device)
         loss_fn = self.algorithm.loss
-        score = self._packed_scoring(mb, temps is not None) if mb.packed is not None else self._padded_scoring(mb, temps)
+        score = (PackedScoring(mb, device, temps is not None) if mb.packed is not None
+                 else PaddedScoring(mb, self.batcher, device, temps))
         logprobs, entropy = score(self.scorer, start, loss_fn.needs_entropy)
         inputs = LossInputs(
             logprobs=logprobs,
@@ -202,40 +203,9 @@ class Trainer:
         if self.ref_scorer is not None:
             with torch.no_grad():
                 inputs.ref_logprobs, _ = score(self.ref_scorer, start, False)
+        self._shared_positions += score.shared_positions
         out = loss_fn(inputs)
         return out.loss, out.metrics
-
-    def _padded_scoring(self, mb: MicroBatch, temps: torch.Tensor | None) -> Callable:
-        ids, attention = to_device(mb.input_ids, self.ctx.device), self.batcher.attention_mask(mb)
-        found: dict[int, tuple[torch.Tensor, Any]] = {}  # by start: the policy and a KL reference share them
-
-        def score(scorer, start, need_entropy):
-            if start not in found:  # only the action tokens' positions are scored (found on the host: no sync)
-                at = torch.zeros(mb.input_ids[:, start:].shape, dtype=torch.bool)
-                at[:, :-1] = mb.action_mask[:, start + 1:] > 0
-                plan = self.batcher.shared_prompts(mb, start)  # a GRPO group's prompt runs once
-                if plan is not None:
-                    self._shared_positions += plan.saved_positions
-                found[start] = (to_device(at.flatten().nonzero().squeeze(1), self.ctx.device), plan)
-            positions, plan = found[start]
-            if plan is not None and scorer.can_share:
-                return scorer.shared_prefix_logprobs(plan, ids, start, temps, need_entropy, positions)
-            return scorer(ids, attention, start, temps, need_entropy, positions=positions)
-        return score
-
-    def _packed_scoring(self, mb: MicroBatch, tempered: bool) -> Callable:
-        """Score the packed rows whole, then lay each item's values out in its own row
-        (the layout of the action mask and actor log-probs) and drop what precedes `start`."""
-        device, rows = self.ctx.device, mb.packed
-        ids, pos = to_device(rows.input_ids, device), to_device(rows.position_ids, device)
-        index = to_device(rows.index, device)
-        temps = to_device(rows.temperatures, device) if tempered else None
-
-        def score(scorer, start, need_entropy):
-            logprobs, entropy = scorer(ids, None, 0, temps, need_entropy, position_ids=pos)
-            return (unpack(logprobs, index)[:, start:],
-                    unpack(entropy, index)[:, start:] if entropy is not None else None)
-        return score
 
     def train_step(self) -> dict[str, float]:
         t0 = time.perf_counter()

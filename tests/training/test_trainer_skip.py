@@ -17,6 +17,7 @@ from ludic_core.algorithms import make_cispo, make_grpo, make_gspo, make_reinfor
 from ludic_core.batching.saw import SAWBatch, SAWItem
 from ludic_core.config import DynamicSampling, TrainerConfig
 from ludic_core.models import load_model_and_tokenizer
+from ludic_core.training import micro_batch_scoring as micro_batch_scoring_module
 from ludic_core.training import micro_batches as micro_batches_module
 from ludic_core.training import trainer as trainer_module
 from ludic_core.training.trainer import Trainer
@@ -174,7 +175,8 @@ def _sync_count(model_dir, budget: int, monkeypatch, items: list[SAWItem] | None
                   micro_token_budget=budget, max_grad_norm=1.0)
     tr.train_step()  # the scorer's one-off check of its fused path runs here
     counter = SyncCounter(tr.model.parameters())
-    for module in (trainer_module, micro_batches_module):  # every host -> device copy a step makes
+    # every host -> device copy a step makes
+    for module in (trainer_module, micro_batches_module, micro_batch_scoring_module):
         monkeypatch.setattr(module, "to_device", lambda t, device: counter.mark(t.to(device, copy=True)))
 
     def pause(*_):  # the models' own internals (HF's mask builder reads one) are not the trainer's
