@@ -9,16 +9,22 @@ One checkpoint is `ROOT/step_{step:08d}/`:
     scheduler.json           `scheduler.state_dict()` (JSON-able entries only)
     rng.safetensors          torch CPU (and CUDA) RNG state of every rank
     trainer_state.json       step, caller's `data` state, python/numpy RNG, model fingerprint
+    manifest.json            sha256 + size of every other file, written last (`checkpoint_integrity`)
 
 Why this shape: no pickle (a checkpoint is data, never code); full (unsharded)
 state keyed by parameter FQN, so a run saved on N ranks resumes on M; rank 0
 writes into a `.tmp-*` sibling and renames it, so a crash never leaves a
-half-written `step_*` directory that looks complete.
+half-written `step_*` directory that looks complete. A load checks every
+file against the manifest first; loading a run's root falls back past a corrupt
+checkpoint to the newest intact one (with a warning naming the file), and
+raises `CheckpointCorrupt` naming them all when none is intact, never
+starting over from step 0.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -27,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
@@ -39,68 +46,30 @@ from ludic_core.training.checkpoint_state import (
     rng_snapshot,
     to_tensor,
 )
+from ludic_core.training.checkpoint_identity import canonical, check_fingerprint, fingerprint, state_keys, tied_groups
+from ludic_core.training.checkpoint_integrity import (
+    FORMAT_VERSION,
+    REQUIRED,
+    CheckpointCorrupt,
+    candidates,
+    check,
+    corrupt,
+    none_intact,
+    read_json,
+    verified_checkpoint,
+    warn_fallback,
+    write_manifest,
+)
 from ludic_core.training.checkpoint_adapter import adapter_state_for, require_adapter, write_adapter
 from ludic_core.training.distributed import DistContext, all_gather_json, broadcast_object_json
 from ludic_core.training.lora import is_lora
 
-__all__ = ["latest_checkpoint", "load_checkpoint", "load_model_weights", "save_checkpoint"]
+__all__ = ["CheckpointCorrupt", "latest_checkpoint", "load_checkpoint", "load_model_weights", "save_checkpoint",
+           "verified_checkpoint"]
 
-FORMAT_VERSION = 1
 _STEP_DIR = re.compile(r"^step_(\d{8})$")
-_REQUIRED = ("trainer_state.json", "optimizer.json", "optimizer.safetensors", "rng.safetensors", "scheduler.json")
-# Wrapper infixes that torch.compile / DDP / activation checkpointing add to names.
-_WRAPPER_INFIXES = ("_orig_mod.", "_checkpoint_wrapped_module.", "_fsdp_wrapped_module.")
-
-
-# ---------------------------------------------------------------- model identity
-
-
-def _canonical(name: str) -> str:
-    for infix in _WRAPPER_INFIXES:
-        name = name.replace(infix, "")
-    return name.removeprefix("module.")
-
-
-def _fingerprint(model: nn.Module) -> dict[str, Any]:
-    """Parameter names + global shapes (DTensor shapes are global) and config model_type."""
-    params = sorted([_canonical(n), list(p.shape)] for n, p in model.named_parameters())
-    config = getattr(model, "config", None)
-    return {"model_type": getattr(config, "model_type", None), "params": params}
-
-
-def _check_fingerprint(model: nn.Module, saved: dict[str, Any], where: Path) -> None:
-    """Refuse a checkpoint of another model, naming the first differing parameter."""
-    mine = _fingerprint(model)
-    if saved.get("model_type") != mine["model_type"]:
-        raise ValueError(
-            f"checkpoint {where} holds a {saved.get('model_type')!r} model, not {mine['model_type']!r}"
-        )
-    ours = {n: s for n, s in mine["params"]}
-    theirs = {n: s for n, s in saved["params"]}
-    for name in sorted(ours.keys() | theirs.keys()):
-        if ours.get(name) != theirs.get(name):
-            raise ValueError(
-                f"checkpoint {where} does not match the model: parameter {name!r} has shape "
-                f"{theirs.get(name, 'absent')} in the checkpoint but {ours.get(name, 'absent')} in the model"
-            )
-
-
-def _state_keys(model: nn.Module) -> list[str]:
-    """Canonical state-dict keys (tied names included) without touching FSDP collectives."""
-    keys = [_canonical(n) for n, _ in model.named_parameters(remove_duplicate=False)]
-    for mod_name, mod in model.named_modules(remove_duplicate=False):
-        for b_name, buf in mod._buffers.items():
-            if buf is not None and b_name not in mod._non_persistent_buffers_set:
-                keys.append(_canonical(f"{mod_name}.{b_name}" if mod_name else b_name))
-    return list(dict.fromkeys(keys))
-
-
-def _tied_groups(model: nn.Module) -> list[list[str]]:
-    """Names that share one parameter (e.g. tied embeddings), which save_pretrained stores once."""
-    by_id: dict[int, list[str]] = {}
-    for n, p in model.named_parameters(remove_duplicate=False):
-        by_id.setdefault(id(p), []).append(_canonical(n))
-    return [names for names in by_id.values() if len(names) > 1]
+_REQUIRED = REQUIRED
+log = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------- files
@@ -176,8 +145,9 @@ def _write_files(
     rng_meta = encode([map_device_states(r, to_tensor) for r in rng_snaps], "rank", rng_tensors)
     save_file(rng_tensors, tmp / "rng.safetensors")
     state = {"format": FORMAT_VERSION, "step": step, "data": data_state or {}, "world_size": len(rng_snaps),
-             "model_fingerprint": _fingerprint(model), "rng": rng_meta}  # fmt: skip
-    (tmp / "trainer_state.json").write_text(json.dumps(state))  # last: marks the files complete
+             "model_fingerprint": fingerprint(model), "rng": rng_meta}  # fmt: skip
+    (tmp / "trainer_state.json").write_text(json.dumps(state))
+    write_manifest(tmp)  # last: the hash of every file above, before the atomic rename
 
 
 def _publish(root: Path, tmp: Path, final: Path) -> None:
@@ -261,17 +231,23 @@ def latest_checkpoint(root: str | Path) -> Path | None:
     return complete[-1] if complete else None
 
 
-def _resolve(path_or_root: str | Path) -> Path:
-    p = Path(path_or_root)
-    if ".tmp-" in p.name or (p / "trainer_state.json").exists() or _STEP_DIR.match(p.name):
-        if not _is_complete(p) or ".tmp-" in p.name:
-            missing = [f for f in (*_REQUIRED, "model/*.safetensors") if not list(p.glob(f))]
-            raise FileNotFoundError(f"checkpoint {p} is missing, unfinished or incomplete (lacks {missing})")
-        return p
-    found = latest_checkpoint(p)
-    if found is None:
-        raise FileNotFoundError(f"no complete checkpoint in {p}")
-    return found
+def _names_one(p: Path) -> bool:
+    """Whether `p` names one checkpoint (else a run's root, whose newest intact one is meant)."""
+    return ".tmp-" in p.name or (p / "trainer_state.json").exists() or bool(_STEP_DIR.match(p.name))
+
+
+def _require_complete(p: Path) -> None:
+    if not _is_complete(p) or ".tmp-" in p.name:
+        missing = [f for f in (*_REQUIRED, "model/*.safetensors") if not list(p.glob(f))]
+        raise FileNotFoundError(f"checkpoint {p} is missing, unfinished or incomplete (lacks {missing})")
+
+
+def _tensors(ckpt: Path, rel: str) -> dict[str, torch.Tensor]:
+    """One safetensors file of a checkpoint; unreadable bytes are `CheckpointCorrupt` naming it."""
+    try:
+        return load_file(ckpt / rel)
+    except (SafetensorError, OSError) as exc:
+        raise corrupt(ckpt, rel, f"unreadable safetensors ({exc})") from exc
 
 
 def load_model_weights(path: str | Path) -> dict[str, torch.Tensor]:
@@ -283,43 +259,73 @@ def load_model_weights(path: str | Path) -> dict[str, torch.Tensor]:
         raise FileNotFoundError(f"no *.safetensors model files in {d}")
     weights: dict[str, torch.Tensor] = {}
     for f in files:
-        weights.update(load_file(f))
+        weights.update(_tensors(p, f.relative_to(p).as_posix()))
     return weights
 
 
 def _model_state_for(model: nn.Module, ckpt: Path) -> dict[str, torch.Tensor]:
     """The checkpoint's weights keyed exactly as `model`'s state dict (tied names restored)."""
     if is_lora(model):
-        return adapter_state_for(model, ckpt / "model", _state_keys(model))
-    weights = {_canonical(k): v for k, v in load_model_weights(ckpt).items()}
-    for group in _tied_groups(model):
+        return adapter_state_for(model, ckpt / "model", state_keys(model))
+    weights = {canonical(k): v for k, v in load_model_weights(ckpt).items()}
+    for group in tied_groups(model):
         source = next((weights[n] for n in group if n in weights), None)
         for n in group:
             if source is not None:
                 weights.setdefault(n, source)
-    expected = _state_keys(model)
+    expected = state_keys(model)
     missing = [k for k in expected if k not in weights]
     if missing:
         raise ValueError(f"checkpoint {ckpt}/model lacks tensors the model needs, e.g. {missing[:3]}")
     return {k: weights[k] for k in expected}
 
 
-def _read_rank0(ckpt_arg: str | Path, model: nn.Module, want_optim: bool) -> tuple[dict, dict, dict]:
-    """Rank 0: resolve, validate (fingerprint first) and read everything; raises on a bad checkpoint."""
-    ckpt = _resolve(ckpt_arg)
-    state = json.loads((ckpt / "trainer_state.json").read_text())
+def _decoded(ckpt: Path, rel_json: str, rel_tensors: str, skeleton: Any = None) -> Any:
+    """A JSON skeleton with its tensors put back; a skeleton naming absent tensors is corrupt."""
+    skeleton = read_json(ckpt, rel_json) if skeleton is None else skeleton
+    try:
+        return decode(skeleton, _tensors(ckpt, rel_tensors))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise corrupt(ckpt, rel_json, f"does not match {rel_tensors} ({type(exc).__name__}: {exc})") from exc
+
+
+def _read_one(ckpt: Path, model: nn.Module, want_optim: bool) -> tuple[dict, dict, dict]:
+    """Check (manifest, trainer state, fingerprint) and read one checkpoint; raises on a bad one."""
+    state = check(ckpt)
     if is_lora(model):  # the clearer refusal first: full weights where an adapter should be
         require_adapter(ckpt / "model")
-    _check_fingerprint(model, state["model_fingerprint"], ckpt)
-    rng_snaps = decode(state.pop("rng"), load_file(ckpt / "rng.safetensors"))
-    rng = [map_device_states(r, torch.Tensor.tolist) for r in rng_snaps]
-    header = {"path": str(ckpt), "trainer_state": state, "rng": rng,
-              "scheduler": json.loads((ckpt / "scheduler.json").read_text())}  # fmt: skip
+    check_fingerprint(model, state["model_fingerprint"], ckpt)
+    rng_snaps = _decoded(ckpt, "trainer_state.json", "rng.safetensors", state.pop("rng"))
+    try:
+        rng = [map_device_states(r, torch.Tensor.tolist) for r in rng_snaps]
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise corrupt(ckpt, "trainer_state.json", f"field 'rng' is malformed ({exc!r})") from exc
+    header = {"path": str(ckpt), "trainer_state": state, "rng": rng, "scheduler": read_json(ckpt, "scheduler.json")}
     model_sd = _model_state_for(model, ckpt)
-    optim_sd: dict = {}
-    if want_optim:
-        optim_sd = decode(json.loads((ckpt / "optimizer.json").read_text()), load_file(ckpt / "optimizer.safetensors"))
+    optim_sd: dict = _decoded(ckpt, "optimizer.json", "optimizer.safetensors") if want_optim else {}
     return header, model_sd, optim_sd
+
+
+def _read_rank0(ckpt_arg: str | Path, model: nn.Module, want_optim: bool) -> tuple[dict, dict, dict]:
+    """Rank 0: one named checkpoint as is; a run's root: its newest intact checkpoint."""
+    p = Path(ckpt_arg)
+    if _names_one(p):
+        _require_complete(p)
+        return _read_one(p, model, want_optim)
+    errors: list[CheckpointCorrupt] = []
+    for ckpt in candidates(p):
+        try:
+            found = _read_one(ckpt, model, want_optim)
+        except CheckpointCorrupt as exc:
+            warn_fallback(exc)
+            errors.append(exc)
+            continue
+        if errors:
+            log.warning("resuming from %s, the newest intact checkpoint in %s", ckpt, p)
+        return found
+    if errors:
+        raise none_intact(p, errors)
+    raise FileNotFoundError(f"no complete checkpoint in {p}")
 
 
 def _retuple_param_groups(optimizer: torch.optim.Optimizer) -> None:
@@ -343,7 +349,8 @@ def load_checkpoint(
     Every rank calls it; rank 0 reads the files and the tensors reach the other
     ranks by broadcast, resharded to the current world size. A checkpoint of
     another model raises ValueError before the model is touched; a missing or
-    partial one raises FileNotFoundError. Returns the trainer state: `step`,
+    partial one raises FileNotFoundError; a damaged one `CheckpointCorrupt`
+    (given a run's root: only when no intact checkpoint is left). Returns the trainer state: `step`,
     `data` (as given to `save_checkpoint`), `world_size`, `path`, ...
     """
     from torch.distributed.checkpoint.state_dict import (
@@ -362,7 +369,8 @@ def load_checkpoint(
     if error is not None:
         raise error
     if "error" in header:
-        kind = {"FileNotFoundError": FileNotFoundError, "ValueError": ValueError}.get(header["error"], RuntimeError)
+        kinds = {"FileNotFoundError": FileNotFoundError, "ValueError": ValueError, "CheckpointCorrupt": CheckpointCorrupt}
+        kind = kinds.get(header["error"], RuntimeError)
         raise kind(header["message"])
     if scheduler is not None and header["scheduler"] is None:
         raise ValueError(f"checkpoint {header['path']} was saved without a scheduler")

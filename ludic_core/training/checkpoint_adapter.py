@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from ludic_core.models.adapter_dir import WEIGHTS_FILE, check_base, is_adapter_dir, read_base_ref
+from ludic_core.training.checkpoint_integrity import corrupt
 from ludic_core.training.lora import adapter_config, base_ref, peft_key, unwrapped
 
 __all__ = ["adapter_state_for", "require_adapter", "write_adapter"]
@@ -46,7 +48,10 @@ def adapter_state_for(model: Any, adapter_dir: Path, keys: list[str]) -> dict[st
     mine = base_ref(model)
     saved = read_base_ref(adapter_dir)
     check_base(saved, mine["fingerprint"], mine.get("path"), adapter_dir.parent)
-    weights = load_file(adapter_dir / WEIGHTS_FILE)
+    try:
+        weights = load_file(adapter_dir / WEIGHTS_FILE)
+    except (SafetensorError, OSError) as exc:  # an unverified (pre-manifest) checkpoint's damage, named
+        raise corrupt(adapter_dir.parent, f"{adapter_dir.name}/{WEIGHTS_FILE}", f"unreadable ({exc})") from exc
     wanted = {peft_key(k): k for k in keys if "lora_" in k}
     missing = sorted(set(wanted) - set(weights))
     extra = sorted(set(weights) - set(wanted))
