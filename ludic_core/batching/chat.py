@@ -12,6 +12,10 @@ turn up to and including eos, where generation stops. Whatever the template puts
 (ChatML's "\\n") is context for the next turn, never a target; after the last turn it is
 dropped. Text is encoded piece by piece (context, turn, context, ...), as a prompt and its
 completion are at inference, so a single-turn chat gives `prompt ids + content ids + eos`.
+
+Message text is encoded as text (`inference.chat_render`): a dataset row whose assistant
+turn spells `<|im_end|>` or `<|im_start|>` trains on those characters, never on the
+special ids, so the trained span holds one special id, the turn's own eos.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ludic_core.batching.saw import SAWItem
+from ludic_core.inference.chat_render import render_chat
 from ludic_core.jsonl import iter_jsonl
 
 __all__ = ["ROLES", "validate_messages", "chat_to_item", "read_chat_examples", "chat_items"]
@@ -48,6 +53,7 @@ def validate_messages(messages: Any, where: str = "chat") -> None:
 
 
 def _render(tokenizer: Any, messages: Sequence[Mapping[str, Any]], generation_prompt: bool) -> str:
+    """Text only, to locate a turn; ids always come from `render_chat`."""
     return tokenizer.apply_chat_template(list(messages), add_generation_prompt=generation_prompt, tokenize=False)
 
 
@@ -82,14 +88,15 @@ def chat_to_item(messages: Sequence[Mapping[str, Any]], tokenizer: Any, *, meta:
     if messages[-1]["role"] != "assistant":
         raise ValueError(f"a chat must end with an assistant message (the training target); the last, message "
                          f"{len(messages) - 1}, has role {messages[-1]['role']!r}")
-    full = _render(tokenizer, messages, False)
+    rendered = render_chat(tokenizer, messages)
+    full = rendered.text
     ids: list[int] = []
     mask: list[int] = []
     pos = 0
     for i in (k for k, m in enumerate(messages) if m["role"] == "assistant"):
         start, end = _assistant_span(tokenizer, messages, i, full, pos)
-        context = tokenizer.encode(full[pos:start], add_special_tokens=False) if start > pos else []
-        target = list(tokenizer.encode(full[start:end], add_special_tokens=False))
+        context = rendered.ids(tokenizer, pos, start)
+        target = rendered.ids(tokenizer, start, end)
         if target[-1] != tokenizer.eos_token_id:
             raise ValueError(f"assistant message {i}: eos text {tokenizer.eos_token!r} does not encode to eos id "
                              f"{tokenizer.eos_token_id} (is it a special token of this tokenizer?)")

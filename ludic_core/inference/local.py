@@ -36,6 +36,7 @@ from ludic_core import openmp
 from ludic_core.device import model_device, place_model, resolve_dtype
 from ludic_core.inference.adapters import ServedAdapters, UnknownModelError
 from ludic_core.inference.batch_decoder import BatchDecoder, Generation
+from ludic_core.inference.chat_render import chat_prompt_ids
 from ludic_core.inference.errors import ContextLengthError
 from ludic_core.inference.sampling import ChatCompletionRequest
 from ludic_core.types import ChatResponse
@@ -118,7 +119,8 @@ class LocalChatClient:
 
     # ---- prompts -------------------------------------------------------
     def encode_prompt(self, request: ChatCompletionRequest) -> list[int]:
-        """Render messages with the chat template; the ids the model sees.
+        """Render messages with the chat template; the ids the model sees (message text
+        never becomes a special id: `chat_render`).
 
         Kept by content for the last `PROMPT_CACHE` prompts: a GRPO group's completions share
         one prompt, and rendering the template and tokenizing it was ~5% of a CPU GRPO step's
@@ -130,13 +132,7 @@ class LocalChatClient:
         if key is not None and (ids := self._prompts.get(key)) is not None:
             self._prompts.move_to_end(key)
             return list(ids)
-        text = self.tokenizer.apply_chat_template(
-            request.message_list(),
-            tools=list(request.tools) if request.tools else None,
-            add_generation_prompt=True,
-            tokenize=False,
-        )
-        prompt = list(self.tokenizer.encode(text, add_special_tokens=False))
+        prompt = chat_prompt_ids(self.tokenizer, request.message_list(), tools=request.tools)
         if key is not None:
             self._prompts[key] = tuple(prompt)
             if len(self._prompts) > PROMPT_CACHE:

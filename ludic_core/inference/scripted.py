@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Awaitable, Callable, Mapping, Union
 
+from ludic_core.inference.chat_render import chat_prompt_ids, text_ids
 from ludic_core.inference.sampling import ChatCompletionRequest
 from ludic_core.types import ChatResponse, Message
 
@@ -23,8 +24,9 @@ class ScriptedChatClient:
     """Answers each request with `policy(messages)`.
 
     With a `tokenizer`, prompt ids come from its chat template and completion ids
-    are the encoded reply plus eos, so the trace is what an LLM would have to
-    emit; completion log-probs are None (a script has no distribution).
+    are the reply encoded as plain text plus eos (`chat_render`), so the trace is
+    what an LLM would have to emit; completion log-probs are None (a script has no
+    distribution).
     """
 
     def __init__(self, policy: ScriptedPolicy, tokenizer: Any | None = None) -> None:
@@ -44,14 +46,8 @@ class ScriptedChatClient:
         prompt_ids: list[int] = []
         completion_ids: list[int] = []
         if self.tokenizer is not None:
-            text = self.tokenizer.apply_chat_template(
-                messages,
-                tools=list(request.tools) if request.tools else None,
-                add_generation_prompt=True,
-                tokenize=False,
-            )
-            prompt_ids = list(self.tokenizer.encode(text, add_special_tokens=False))
-            completion_ids = list(self.tokenizer.encode(reply, add_special_tokens=False))
+            prompt_ids = chat_prompt_ids(self.tokenizer, messages, tools=request.tools)
+            completion_ids = text_ids(self.tokenizer, reply)  # markers in the reply are text, as sampled
             completion_ids.append(self.tokenizer.eos_token_id)
         resp = ChatResponse(
             text=reply,

@@ -179,8 +179,8 @@ def test_a_rendered_prompt_is_reused_by_content_and_the_cache_is_bounded(tiny_mo
     monkeypatch.setattr(local, "PROMPT_CACHE", 2)
     c = LocalChatClient(tiny_model_dir, dtype="float32")
     renders = []
-    real = c.tokenizer.apply_chat_template
-    monkeypatch.setattr(c.tokenizer, "apply_chat_template", lambda *a, **k: renders.append(1) or real(*a, **k))
+    real, render = c.tokenizer.apply_chat_template, local.chat_prompt_ids
+    monkeypatch.setattr(local, "chat_prompt_ids", lambda *a, **k: renders.append(1) or render(*a, **k))
     a, b, d = _req("first board"), _req("second board"), _req("third board")
     ids = c.encode_prompt(a)
     assert ids == list(c.tokenizer.encode(real(a.message_list(), add_generation_prompt=True, tokenize=False),
