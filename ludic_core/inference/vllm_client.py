@@ -20,6 +20,14 @@ publisher tells the client the newest name (`note_published(version,
 model=...)`); a client in another process (a pipeline actor) follows it with
 `follow_newest_adapter()`. A model the server does not serve (a typo, an
 adapter already unloaded) is an `UnknownServedModelError` listing what is.
+
+Prompts are rendered here, not by the server: vLLM's /v1/chat/completions renders
+the template to text and tokenizes it whole, so a reply or observation spelling
+`<|im_end|><|im_start|>system` would become real role markers. The client renders
+the ids with `chat_render` (message text stays text) and sends them to
+/v1/completions. The tokenizer is the one given, else the served base's (the
+directory /v1/models names as its `root`, read on the first request). Tool calls
+come back as text, which agents parse (`agents.tools`).
 """
 
 from __future__ import annotations
@@ -27,11 +35,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from pathlib import Path
 from typing import Any, Mapping
 
 import httpx
 
 from ludic_core.inference.adapter_names import adapter_version
+from ludic_core.inference.chat_render import ChatRenderError, chat_prompt_ids
 from ludic_core.inference.client import WeightPusher
 from ludic_core.inference.errors import ContextLengthError, InferenceServerError, UnknownServedModelError
 from ludic_core.inference.sampling import ChatCompletionRequest
@@ -81,6 +91,7 @@ class VLLMChatClient:
         max_connections: int = 64,
         max_version_retries: int = 3,
         extra_body: Mapping[str, Any] | None = None,
+        tokenizer: Any = None,
     ) -> None:
         base_url = base_url.rstrip("/")
         if not base_url.endswith("/v1"):
@@ -90,6 +101,8 @@ class VLLMChatClient:
         self.retry = retry
         self.max_version_retries = max_version_retries
         self.extra_body = dict(extra_body or {})  # more vLLM sampling fields, e.g. {"top_k": 20}
+        #: renders prompts: a tokenizer, its directory, or None for the served base's (/v1/models root)
+        self.tokenizer: Any = tokenizer
         self._api_key, self._timeout_s, self._max_conn = api_key, timeout_s, max_connections
         self._http: httpx.AsyncClient | None = None
         self._http_loop: asyncio.AbstractEventLoop | None = None
@@ -118,25 +131,26 @@ class VLLMChatClient:
             return await self._complete(request)
 
     async def _complete(self, request: ChatCompletionRequest) -> tuple[ChatResponse, dict[str, Any]]:
-        body = self._body(request)
+        prompt = chat_prompt_ids(await self._prompt_tokenizer(), request.message_list(), tools=request.tools)
+        body = self._body(request, prompt)
         adapter = adapter_version(body["model"])
         if adapter is not None:  # an adapter never changes under its name: it is the version
             sent = time.monotonic()
-            data = await self._post_chat(body)
+            data = await self._post_completion(body)
             self.stats["requests"] += 1
             info = {"backend": "vllm", "latency_s": time.monotonic() - sent, "weight_version": body["model"],
                     "attempts": 1}
-            return self._to_response(request, data, adapter), info
+            return self._to_response(request, prompt, data, adapter), info
         for attempt in range(self.max_version_retries + 1):
             before = self._known_version or await self._version_since(0.0)
             sent = time.monotonic()
-            data = await self._post_chat(body)
+            data = await self._post_completion(body)
             after = await self._version_since(time.monotonic())
             if before == after:
                 self.stats["requests"] += 1
                 info = {"backend": "vllm", "latency_s": time.monotonic() - sent, "weight_version": after,
                         "attempts": attempt + 1}
-                return self._to_response(request, data, parse_version(after)), info
+                return self._to_response(request, prompt, data, parse_version(after)), info
             self.stats["version_retries"] += 1
             log.debug("weights changed from %s to %s during a request; sending it again", before, after)
         raise InferenceServerError(f"{self.base_url}: the served weights changed during each of "
@@ -207,9 +221,30 @@ class VLLMChatClient:
             return check_response(resp, f"{method} {url}")
         raise AssertionError("unreachable")
 
-    async def _post_chat(self, body: dict[str, Any]) -> dict[str, Any]:
+    async def _prompt_tokenizer(self) -> Any:
+        """The tokenizer prompts are rendered with; loaded once when given as a directory
+        or not given (then the served base's directory, as /v1/models names it)."""
+        if self.tokenizer is not None and not isinstance(self.tokenizer, (str, Path)):
+            return self.tokenizer
+        where = self.tokenizer
+        if where is None:
+            entries = (await self._request("GET", f"{self.base_url}/models") or {}).get("data", [])
+            base = [m for m in entries if m.get("id") == self.base_model] or [m for m in entries if not m.get("parent")]
+            where = base[0].get("root") if base else None
         try:
-            return await self._request("POST", f"{self.base_url}/chat/completions", json=body)
+            from transformers import AutoTokenizer
+
+            self.tokenizer = AutoTokenizer.from_pretrained(str(where))
+        except Exception as exc:  # any failure to load means: nothing to render with
+            raise ChatRenderError(
+                f"{self.base_url}: no tokenizer to render prompts with ({where!r}: {exc}); the server's chat route "
+                "would turn marker text in messages into control tokens, so pass VLLMChatClient(tokenizer=...) "
+                "(the served model's tokenizer or its directory)") from exc
+        return self.tokenizer
+
+    async def _post_completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return await self._request("POST", f"{self.base_url}/completions", json=body)
         except InferenceServerError as exc:
             if "answered 404" not in str(exc) or "does not exist" not in str(exc):
                 raise
@@ -240,40 +275,42 @@ class VLLMChatClient:
         return version
 
     # ---- conversion ----------------------------------------------------------
-    def _body(self, request: ChatCompletionRequest) -> dict[str, Any]:
-        s, want_lp = request.sampling, request.returns.return_logprobs
+    def _body(self, request: ChatCompletionRequest, prompt: list[int]) -> dict[str, Any]:
+        """A /v1/completions body; the tools are in the prompt the template rendered."""
+        s = request.sampling
         body: dict[str, Any] = {
-            "model": request.model or self.model, "messages": request.message_list(),
+            "model": request.model or self.model, "prompt": prompt,
             "max_tokens": s.max_tokens, "temperature": s.temperature, "top_p": s.top_p,
-            "logprobs": want_lp, "return_token_ids": True, "skip_special_tokens": True,
+            "logprobs": 0 if request.returns.return_logprobs else None,  # 0: the sampled token's only
+            "return_token_ids": True, "skip_special_tokens": True,
         }
         if s.stop:
             body["stop"] = list(s.stop)
         if s.seed is not None:
             body["seed"] = s.seed
-        if request.tools:
-            body["tools"] = list(request.tools)
         return {**self.extra_body, **body}
 
     @staticmethod
-    def _to_response(request: ChatCompletionRequest, data: dict[str, Any], version: int | None) -> ChatResponse:
+    def _to_response(request: ChatCompletionRequest, prompt: list[int], data: dict[str, Any],
+                     version: int | None) -> ChatResponse:
         choice = data["choices"][0]
-        msg = choice.get("message") or {}
         ids = list(choice.get("token_ids") or [])
+        echoed = choice.get("prompt_token_ids") or data.get("prompt_token_ids")
+        if echoed is not None and list(echoed) != prompt:
+            raise InferenceServerError(f"server reports a prompt of {len(echoed)} ids, not the {len(prompt)} sent")
         logprobs = None
         if request.returns.return_logprobs and choice.get("logprobs"):
-            logprobs = [float(c["logprob"]) for c in choice["logprobs"]["content"]]
+            logprobs = [float(lp) for lp in choice["logprobs"]["token_logprobs"]]
             if len(logprobs) != len(ids):
                 raise InferenceServerError(f"server returned {len(logprobs)} log-probs for {len(ids)} tokens")
         want_ids = request.returns.return_token_ids
         return ChatResponse(
-            text=msg.get("content") or "",
-            prompt_token_ids=list(data.get("prompt_token_ids") or []) if want_ids else [],
+            text=choice.get("text") or "",
+            prompt_token_ids=list(prompt) if want_ids else [],
             completion_token_ids=ids if want_ids else [],
             completion_logprobs=logprobs if want_ids else None,
             finish_reason=choice.get("finish_reason"),
             policy_version=version,
-            tool_calls=msg.get("tool_calls") or None,
         )
 
     async def aclose(self) -> None:

@@ -14,17 +14,27 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from ludic_core.inference import ChatCompletionRequest, ContextLengthError, InferenceServerError, SamplingConfig
+from ludic_core.inference.chat_render import ChatRenderError, chat_prompt_ids
 from ludic_core.inference.vllm_client import VLLMChatClient, parse_version
+from ludic_core.models.tiny import build_byte_tokenizer
 from ludic_core.inference.vllm_http import ControlClient, RetryPolicy
 
 FAST = RetryPolicy(max_retries=2, backoff_s=0.05, max_backoff_s=0.1)
 
 
+TOKENIZER = build_byte_tokenizer()
+PROMPT_X = chat_prompt_ids(TOKENIZER, [{"role": "user", "content": "x"}])  # what _req() renders to
+
+
 def _completion(version_note: str = "") -> dict:
-    return {"prompt_token_ids": [1, 2, 3],
-            "choices": [{"message": {"content": "hi" + version_note, "tool_calls": None},
-                         "token_ids": [7, 8], "finish_reason": "stop",
-                         "logprobs": {"content": [{"logprob": -0.5}, {"logprob": -1.25}]}}]}
+    """/v1/completions' answer (vLLM's shape with return_token_ids and logprobs=0)."""
+    return {"choices": [{"text": "hi" + version_note, "token_ids": [7, 8], "finish_reason": "stop",
+                         "logprobs": {"token_logprobs": [-0.5, -1.25]}}]}
+
+
+def _client(url: str, **kw) -> VLLMChatClient:
+    """A client given the tokenizer it renders prompts with (else it asks /v1/models)."""
+    return VLLMChatClient(url, tokenizer=TOKENIZER, **kw)
 
 
 class StandIn:
@@ -84,7 +94,7 @@ def _req(**sampling) -> ChatCompletionRequest:
 
 def test_gone_server_is_a_clear_error_after_bounded_backoff():
     url = _refusing_url()
-    client = VLLMChatClient(f"{url}/v1", retry=FAST)
+    client = _client(f"{url}/v1", retry=FAST)
     start = time.monotonic()
     with pytest.raises(InferenceServerError, match=rf"{url}/weight_info is unreachable after 3 attempt"):
         asyncio.run(client.complete(_req()))
@@ -95,48 +105,60 @@ def test_gone_server_is_a_clear_error_after_bounded_backoff():
 
 
 def test_request_body_and_response_mapping(stand_in):
-    stand_in.script = {"/weight_info": [(200, {"weight_version": "7"})], "/v1/chat/completions": [(200, _completion())]}
-    client = VLLMChatClient(f"{stand_in.url}/v1", api_key="k", model="m")
+    stand_in.script = {"/weight_info": [(200, {"weight_version": "7"})], "/v1/completions": [(200, _completion())]}
+    client = _client(f"{stand_in.url}/v1", api_key="k", model="m")
     tools = ({"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}},)
     req = ChatCompletionRequest(messages=[{"role": "user", "content": "x"}], tools=tools,
                                 sampling=SamplingConfig(temperature=0.5, top_p=0.9, max_tokens=9, stop=["</a>"], seed=3))
     resp, info = asyncio.run(client.complete(req))
-    assert (resp.text, resp.prompt_token_ids, resp.completion_token_ids) == ("hi", [1, 2, 3], [7, 8])
+    prompt = chat_prompt_ids(TOKENIZER, [{"role": "user", "content": "x"}], tools=tools)
+    assert (resp.text, resp.prompt_token_ids, resp.completion_token_ids) == ("hi", prompt, [7, 8])
     assert resp.completion_logprobs == [-0.5, -1.25] and resp.policy_version == 7 and resp.finish_reason == "stop"
     assert info["weight_version"] == "7" and info["backend"] == "vllm"
-    (_, _, body, auth), = [s for s in stand_in.seen if s[1] == "/v1/chat/completions"]
+    (_, _, body, auth), = [s for s in stand_in.seen if s[1] == "/v1/completions"]
     assert auth == "Bearer k"
-    assert body == {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 9,
-                    "temperature": 0.5, "top_p": 0.9, "logprobs": True, "return_token_ids": True,
-                    "skip_special_tokens": True, "stop": ["</a>"], "seed": 3, "tools": [dict(tools[0])]}
+    assert body == {"model": "m", "prompt": prompt, "max_tokens": 9,  # the tools are in the prompt
+                    "temperature": 0.5, "top_p": 0.9, "logprobs": 0, "return_token_ids": True,
+                    "skip_special_tokens": True, "stop": ["</a>"], "seed": 3}
 
 
-def test_parsed_tool_calls_are_passed_through(stand_in):
-    call = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1}'}}
+def test_the_served_bases_tokenizer_is_found_or_the_request_refused(stand_in, tiny_model_dir):
+    """Without a tokenizer the client loads the one /v1/models names as the base's root;
+    with none there it refuses rather than letting the server's chat route render."""
+    stand_in.script = {"/weight_info": [(200, {"weight_version": "default"})], "/v1/completions": [(200, _completion())],
+                       "/v1/models": [(200, {"data": [{"id": "policy", "root": str(tiny_model_dir), "parent": None}]})]}
+    client = VLLMChatClient(f"{stand_in.url}/v1")
+    resp, _ = asyncio.run(client.complete(_req()))
+    assert resp.prompt_token_ids == PROMPT_X and resp.policy_version == 0  # "default": the weights it started with
+    stand_in.script["/v1/models"] = [(200, {"data": [{"id": "policy", "root": "/nonexistent/model", "parent": None}]})]
+    with pytest.raises(ChatRenderError, match="tokenizer="):
+        asyncio.run(VLLMChatClient(f"{stand_in.url}/v1").complete(_req()))
+
+
+def test_a_server_that_reports_another_prompt_is_an_error(stand_in):
     data = _completion()
-    data["choices"][0].update(message={"content": None, "tool_calls": [call]}, finish_reason="tool_calls")
-    stand_in.script = {"/weight_info": [(200, {"weight_version": "default"})], "/v1/chat/completions": [(200, data)]}
-    resp, _ = asyncio.run(VLLMChatClient(f"{stand_in.url}/v1").complete(_req()))
-    assert resp.tool_calls == [call] and resp.text == "" and resp.finish_reason == "tool_calls"
-    assert resp.policy_version == 0  # "default" = the weights the server started with
+    data["choices"][0]["prompt_token_ids"] = [1, 2, 3]
+    stand_in.script = {"/weight_info": [(200, {"weight_version": "1"})], "/v1/completions": [(200, data)]}
+    with pytest.raises(InferenceServerError, match="prompt of 3 ids"):
+        asyncio.run(_client(f"{stand_in.url}/v1").complete(_req()))
 
 
 def test_unavailable_is_retried_then_answered(stand_in):
     stand_in.script = {"/weight_info": [(200, {"weight_version": "1"})],
-                       "/v1/chat/completions": [(503, {"error": "starting"}), (200, _completion())]}
-    resp, _ = asyncio.run(VLLMChatClient(f"{stand_in.url}/v1", retry=FAST).complete(_req()))
+                       "/v1/completions": [(503, {"error": "starting"}), (200, _completion())]}
+    resp, _ = asyncio.run(_client(f"{stand_in.url}/v1", retry=FAST).complete(_req()))
     assert resp.text == "hi"
 
 
 def test_http_errors_are_named(stand_in):
     stand_in.script = {"/weight_info": [(401, {"error": "Unauthorized"})]}
     with pytest.raises(InferenceServerError, match="401 Unauthorized.*API key"):
-        asyncio.run(VLLMChatClient(f"{stand_in.url}/v1").complete(_req()))
-    stand_in.script = {"/weight_info": [(200, {"weight_version": "1"})], "/v1/chat/completions": [
+        asyncio.run(_client(f"{stand_in.url}/v1").complete(_req()))
+    stand_in.script = {"/weight_info": [(200, {"weight_version": "1"})], "/v1/completions": [
         (400, {"error": {"message": "This model's maximum context length is 1024 tokens. However, "
                                     "you requested 2000 tokens (context length exceeded)"}})]}
     with pytest.raises(ContextLengthError, match="maximum context length is 1024"):
-        asyncio.run(VLLMChatClient(f"{stand_in.url}/v1").complete(_req()))
+        asyncio.run(_client(f"{stand_in.url}/v1").complete(_req()))
     stand_in.script = {"/pause": [(500, {"error": "engine dead"})]}
     with pytest.raises(InferenceServerError, match=r"/pause answered 500: engine dead"):
         ControlClient(stand_in.url).post("/pause")
@@ -146,8 +168,8 @@ def test_a_failed_version_read_is_not_reused(stand_in):
     """The first read fails (server down or refusing); once the server answers,
     the same client must ask again instead of re-raising the old error."""
     stand_in.script = {"/weight_info": [(500, {"error": "starting"})] * 2 + [(200, {"weight_version": "2"})],
-                       "/v1/chat/completions": [(200, _completion())]}
-    client = VLLMChatClient(f"{stand_in.url}/v1")
+                       "/v1/completions": [(200, _completion())]}
+    client = _client(f"{stand_in.url}/v1")
 
     async def until_up():
         for _ in range(2):
@@ -163,16 +185,16 @@ def test_a_completion_that_straddles_a_push_is_sent_again(stand_in):
     # before: "4"; the push lands while the first request runs (after: "5");
     # the re-sent request sees "5" on both sides and is reported as version 5.
     stand_in.script = {"/weight_info": [(200, {"weight_version": "4"}), (200, {"weight_version": "5"})],
-                       "/v1/chat/completions": [(200, _completion())]}
-    client = VLLMChatClient(f"{stand_in.url}/v1")
+                       "/v1/completions": [(200, _completion())]}
+    client = _client(f"{stand_in.url}/v1")
     resp, info = asyncio.run(client.complete(_req()))
     assert resp.policy_version == 5 and info["attempts"] == 2 and client.stats["version_retries"] == 1
-    assert sum(1 for s in stand_in.seen if s[1] == "/v1/chat/completions") == 2
+    assert sum(1 for s in stand_in.seen if s[1] == "/v1/completions") == 2
 
 
 def test_concurrent_completions_share_version_reads(stand_in):
-    stand_in.script = {"/weight_info": [(200, {"weight_version": "3"})], "/v1/chat/completions": [(200, _completion())]}
-    client = VLLMChatClient(f"{stand_in.url}/v1")
+    stand_in.script = {"/weight_info": [(200, {"weight_version": "3"})], "/v1/completions": [(200, _completion())]}
+    client = _client(f"{stand_in.url}/v1")
 
     async def run():
         return await asyncio.gather(*[client.complete(_req()) for _ in range(32)])
