@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CheckpointCorrupt", "FORMAT_VERSION", "MANIFEST", "REQUIRED", "candidates", "check", "corrupt",
+__all__ = ["CORRUPT_MARKER", "CheckpointCorrupt", "FORMAT_VERSION", "MANIFEST", "REQUIRED", "candidates", "check", "corrupt",
            "none_intact", "read_json", "read_trainer_state", "step_of", "verified_checkpoint", "verify_files",
            "warn_fallback", "write_manifest"]
 
@@ -33,6 +33,8 @@ MANIFEST = "manifest.json"
 REQUIRED = ("trainer_state.json", "optimizer.json", "optimizer.safetensors", "rng.safetensors", "scheduler.json")
 _STEP_DIR = re.compile(r"^step_(\d{8})$")
 _CHUNK = 1 << 20
+#: What a torchrun rank prints before failing on a corrupt checkpoint (`launch.run_torchrun` reads it).
+CORRUPT_MARKER = "ludic-checkpoint-corrupt: "
 
 log = logging.getLogger(__name__)
 

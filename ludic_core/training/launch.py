@@ -3,7 +3,9 @@
 The spec travels as a JSON file (no objects cross the process boundary) and
 every line the ranks print is handed to `on_line`, so an orchestrator (a
 Prefect task) can show it live; a non-zero exit is an error that says a retry
-resumes from the latest checkpoint.
+resumes from the latest checkpoint, except when a rank reported a corrupt
+checkpoint (`CORRUPT_MARKER`): that is `CheckpointCorrupt`, which a
+retry would only repeat.
 
 A stage whose spec spans several machines (`spec.nodes`) runs the same command
 on every node: c10d rendezvous at `rdzv_endpoint` assigns the ranks, and each
@@ -21,9 +23,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ludic_core.lifetime import with_parent
+from ludic_core.training.checkpoint_integrity import CORRUPT_MARKER, CheckpointCorrupt
 from ludic_core.training.stage_spec import StageSpec
 
-__all__ = ["run_torchrun", "torchrun_command"]
+__all__ = ["corrupt_reports", "run_torchrun", "torchrun_command"]
 
 
 def torchrun_command(spec: StageSpec, nproc: int, spec_path: str, result_path: str) -> list[str]:
@@ -54,16 +57,32 @@ def run_torchrun(spec: StageSpec, nproc: int, on_line: Callable[[str], Any] = pr
         proc = subprocess.Popen(with_parent(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 env=env)
         assert proc.stdout is not None
+        corrupt: list[str] = []
         try:
             for line in proc.stdout:
+                corrupt += corrupt_reports(line)
                 on_line("[torchrun] " + line.rstrip())
         except BaseException:
             _stop(proc)
             raise
-        if proc.wait() != 0:
+        if proc.wait() != 0 and corrupt:
+            raise CheckpointCorrupt(corrupt[0])  # the same bytes fail a retry the same way
+        if proc.returncode != 0:
             raise RuntimeError(f"torchrun stage exited with code {proc.returncode}; a retry resumes "
                                f"from the latest checkpoint in {spec.checkpoint_dir}")
         return json.loads(result_path.read_text())
+
+
+def corrupt_reports(line: str) -> list[str]:
+    """The `CheckpointCorrupt` message a rank printed on `line` (`CORRUPT_MARKER`), if any."""
+    _, marker, rest = line.partition(CORRUPT_MARKER)
+    if not marker:
+        return []
+    try:
+        message = json.loads(rest)
+    except json.JSONDecodeError:
+        return [rest.strip()]
+    return [message] if isinstance(message, str) else [rest.strip()]
 
 
 def _stop(proc: subprocess.Popen, grace_s: float = 30.0) -> None:

@@ -45,12 +45,13 @@ def run_stage(spec: StageSpec, *, loggers: list | None = None) -> dict[str, Any]
     """Resume (if a checkpoint exists), train to `until_step`, checkpoint; return a summary."""
     from ludic_core.algorithms import build_algorithm
     from ludic_core.models import load_model_and_tokenizer
-    from ludic_core.training.checkpoint import latest_checkpoint
+    from ludic_core.training.checkpoint import latest_checkpoint, verified_checkpoint
     from ludic_core.training.distributed import init_distributed
     from ludic_core.training.trainer import Trainer
 
     ctx = init_distributed(spec.trainer.device)
-    latest = latest_checkpoint(spec.checkpoint_dir)
+    # The newest intact checkpoint (a corrupt one is named and passed over; none intact: CheckpointCorrupt).
+    latest = verified_checkpoint(spec.checkpoint_dir)
     # Rollouts are generated from the newest weights: the latest checkpoint's, else the initial model.
     # In-process LoRA serves the base and gets the (resumed) adapter pushed, as every later step's.
     lora_in_process = spec.trainer.lora is not None and spec.vllm is None
@@ -75,7 +76,7 @@ def run_stage(spec: StageSpec, *, loggers: list | None = None) -> dict[str, Any]
         if hasattr(source, "trainer_version"):  # a stream source drops items by the trainer's version
             source.trainer_version = lambda: trainer.policy_version
         try:
-            resumed_from = trainer.step if trainer.resume() else None
+            resumed_from = trainer.step if latest is not None and trainer.resume(latest) else None
             if publisher is not None and (spec.vllm is not None or not needs_inference(spec) or lora_in_process):
                 trainer.publish()  # the server or the actors may hold other weights (fresh, restarted, ahead)
             history = trainer.train(spec.until_step)
@@ -96,6 +97,7 @@ def run_stage(spec: StageSpec, *, loggers: list | None = None) -> dict[str, Any]
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m ludic_core.training.stage SPEC.json [RESULT.json]` (also under torchrun)."""
+    from ludic_core.training.checkpoint_integrity import CORRUPT_MARKER, CheckpointCorrupt
     from ludic_core.training.distributed import cleanup, init_distributed
 
     args = list(sys.argv[1:] if argv is None else argv)
@@ -107,7 +109,11 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m ludic_core.training.stage SPEC.json [RESULT.json]", file=sys.stderr)
         return 2
     spec = StageSpec.model_validate_json(Path(args[0]).read_text())
-    result = run_stage(spec)
+    try:
+        result = run_stage(spec)
+    except CheckpointCorrupt as exc:  # the launcher reads this line: not a crash a retry would cure
+        print(CORRUPT_MARKER + json.dumps(str(exc)), flush=True)
+        raise
     ctx = init_distributed()
     if ctx.local_rank == 0 and len(args) > 1:  # one result per node: each node's launcher reads its own
         Path(args[1]).write_text(json.dumps(result))

@@ -33,7 +33,8 @@ from ludic_core.config import TrainerConfig
 from ludic_core.device import place_model, resolve_dtype
 from ludic_core.losses import LossInputs, is_inert
 from ludic_core.training import distributed as dist_utils
-from ludic_core.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from ludic_core.training.checkpoint import load_checkpoint, save_checkpoint
+from ludic_core.training.checkpoint_integrity import candidates
 from ludic_core.training.compiled_layers import compile_layers
 from ludic_core.training.lora import adapter_config, adapter_state_dict, apply_lora, is_lora, merged_state_dict
 from ludic_core.training.micro_batch_scoring import PackedScoring, PaddedScoring
@@ -338,12 +339,14 @@ class Trainer:
         return path
 
     def resume(self, path: str | Path | None = None) -> bool:
-        """Load the latest (or given) checkpoint; False when there is none yet."""
-        target = Path(path) if path else (latest_checkpoint(self.checkpoint_dir) if self.checkpoint_dir else None)
-        if target is None:
+        """Load the given checkpoint, else checkpoint_dir's newest intact one (past corrupt ones,
+        with a warning; `CheckpointCorrupt` when none is intact); False when there is none yet."""
+        target = Path(path) if path else (Path(self.checkpoint_dir) if self.checkpoint_dir else None)
+        if target is None or (not path and not candidates(target)):
             return False
         state = load_checkpoint(target, model=self.model, optimizer=self.optimizer,
                                 scheduler=self.scheduler, ctx=self.ctx)
+        target = Path(state["path"])
         self.step = int(state["step"])
         data = state.get("data") or {}
         self.source.load_state_dict(data.get("source", {}))
