@@ -22,7 +22,7 @@ from ludic_core.compose.configs import AgentConfig, EnvConfig, SeedSchedule
 from ludic_core.config import (PIPELINE_TRAINER, AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig,
                                VLLMEndpoint, group_size_of)
 from ludic_core.queue.actor import ActorSpec
-from ludic_core.training.checkpoint import latest_checkpoint
+from ludic_core.training.checkpoint import verified_checkpoint
 from ludic_core.training.stage_spec import StageSpec, StreamData
 from tasks.artifacts import table_artifact
 
@@ -95,7 +95,7 @@ def _pipeline_trainer(cfg: PipelineTrainerConfig) -> dict:
         stages = StageChain(base, cfg.steps, cfg.steps_per_stage, stream, launcher=cfg.launcher, nproc=cfg.nproc)
         while not stages.finished():  # then the stream is marked done: the actors stop
             time.sleep(0.2)
-        final = latest_checkpoint(base.checkpoint_dir)
+        final = verified_checkpoint(base.checkpoint_dir)
         report = queue_report(stream, final, [], 0, time.perf_counter() - start, base.metrics_path)
         stream.client.close()
     table_artifact("pipeline-trainer", [report], "pipeline trainer: items trained, dropped, dead-lettered")

@@ -37,7 +37,7 @@ from ludic_core.config import (PIPELINE_TRAINER, AlgorithmConfig, GRPOConfig, Lo
                                group_size_of)
 from ludic_core.frozen import FrozenModel
 from ludic_core.queue.actor import ActorSpec
-from ludic_core.training.checkpoint import latest_checkpoint
+from ludic_core.training.checkpoint import verified_checkpoint
 from ludic_core.training.stage_spec import StageSpec, StreamData
 from tasks.artifacts import adapters_artifact, learning_curve_artifact, table_artifact
 from tasks.evaluation import evaluate_policy
@@ -224,7 +224,7 @@ def _pipeline_rl(cfg: PipelineRLConfig) -> dict:
                             nproc=cfg.nproc)
         with actor_pool(cfg.actor_launch, cfg.actors) as pool:
             failed_rounds = keep_actors_busy(actor, stream, cfg.actors, stages.finished, rounds, pool=pool)
-        final = latest_checkpoint(base.checkpoint_dir)
+        final = verified_checkpoint(base.checkpoint_dir)
         report = queue_report(stream, final, rounds, failed_rounds, time.perf_counter() - start, base.metrics_path)
         stream.client.close()
     table_artifact("pipeline-queue", [report], "pipeline RL: items produced, trained, dropped, dead-lettered")
@@ -264,7 +264,7 @@ class StageChain:
         self.current = None
         while self.targets:
             target = self.targets.pop(0)
-            done = _step_of(latest_checkpoint(self.base.checkpoint_dir))
+            done = _step_of(verified_checkpoint(self.base.checkpoint_dir))
             if done >= target:
                 get_run_logger().info("stage up to step %d already done (checkpoint at %d), skipped", target, done)
                 continue

@@ -8,7 +8,7 @@ from typing import Callable
 from prefect import get_run_logger
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
-from ludic_core.training.checkpoint import latest_checkpoint
+from ludic_core.training.checkpoint import verified_checkpoint
 from ludic_core.training.stage import StageSpec
 from tasks.training import train_stage
 
@@ -30,7 +30,7 @@ def run_stages(base: StageSpec, *, total_steps: int, steps_per_stage: int, launc
     progress = create_progress_artifact(progress=0.0, description=title)
     targets = list(range(steps_per_stage, total_steps, steps_per_stage)) + [total_steps]
     for target in targets:
-        done = _step_of(latest_checkpoint(base.checkpoint_dir))
+        done = _step_of(verified_checkpoint(base.checkpoint_dir))
         if done >= target:
             log.info("%s: stage up to step %d already done (checkpoint at %d), skipped", title, target, done)
         else:
@@ -40,7 +40,7 @@ def run_stages(base: StageSpec, *, total_steps: int, steps_per_stage: int, launc
             else:
                 train_stage(spec, launcher=launcher, nproc=nproc)
         update_progress_artifact(progress, progress=100.0 * target / total_steps)
-    final = latest_checkpoint(base.checkpoint_dir)
+    final = verified_checkpoint(base.checkpoint_dir)
     if final is None:
         raise RuntimeError(f"{title}: no checkpoint in {base.checkpoint_dir} after training")
     return {"checkpoint": str(final), "model_path": str(final / "model"), "step": _step_of(final)}
