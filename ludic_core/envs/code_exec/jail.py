@@ -24,6 +24,15 @@ then, for a judged run, answers the judge's calls (`crossing.serve`). The
 judge writes its verdict to fd 5, a memory file nobody else holds. At the end
 (the judge or candidate exited, or the wall-clock limit) every process of the
 run is killed.
+
+The candidate inherits its leader's whole address space, and can read all of
+it (its frames, `gc`, `/proc/self/mem`). So no leader is ever forked from a
+process that held a judge: before it reads its first request, the jail forks a
+spawner, and every leader is forked from that spawner, which only ever passes
+file descriptors on. The jail keeps each request's candidate part and the
+judge's source in two memory files; the leader reads the first, forks the
+candidate, and only then reads the judge's source. No byte of any judge is
+in memory a candidate inherits, on the warm and the cold backends alike.
 """
 
 import ctypes
@@ -32,6 +41,7 @@ import os
 import resource
 import select
 import signal
+import socket
 import sys
 import time
 
@@ -179,9 +189,12 @@ def _code(status):
     return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 
-def _lead(req, cfg, files, report_fd):
-    """The run's leader (a child of the jail): set the run's rooms up, start, wait, kill, report."""
+def _lead(files, cfg):
+    """The run's leader (a child of the spawner): set the run's rooms up, start, wait, kill, report.
+    It reads the judge's source only once the candidate is forked."""
+    report_fd = files["report"]
     try:
+        req = json.loads(_read_all(files["request"]))
         _libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: the candidate's orphans become ours to reap
         if cfg.get("private"):
             _private_namespaces(req["tmp_mb"])
@@ -189,7 +202,7 @@ def _lead(req, cfg, files, report_fd):
             _join_cgroup(cfg["cgroup"], req["memory_mb"])
         uids = cfg.get("uids") or [None, None]
         tmp = cfg.get("tmp", "/tmp")
-        judged = req.get("judge") is not None
+        judged = bool(req.get("judged"))
         pipes = (os.pipe(), os.pipe()) if judged else ()
         cand_fds = (files["stdin"], files["stdout"], files["stderr"]) + (
             (pipes[0][0], pipes[1][1]) if judged else ())
@@ -200,10 +213,11 @@ def _lead(req, cfg, files, report_fd):
                    serve=req.get("serve"))
         judge = None
         if judged:
+            source = _read_all(files["judge"]).decode("utf-8", "surrogatepass")  # now, never before the fork above
             judge = os.fork()
             if judge == 0:
                 devnull = os.open("/dev/null", os.O_RDONLY)
-                _child(req["judge"], (devnull, files["judge_out"], files["judge_err"], pipes[0][1], pipes[1][0],
+                _child(source, (devnull, files["judge_out"], files["judge_err"], pipes[0][1], pipes[1][0],
                                       files["verdict"]), uids[1], req["rlimits"], tmp, judge=True)
             for r, w in pipes:
                 os.close(r)
@@ -292,29 +306,93 @@ def _tail(fd, n):
     return data.decode("utf-8", "replace")
 
 
-def handle(req, cfg):
+def _read_all(fd):
+    os.lseek(fd, 0, os.SEEK_SET)
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+# what a leader is handed, in this order: the candidate's request, its standard streams, the judge's
+# streams and verdict, the judge's source (read only after the candidate is forked), the report pipe
+_FDS = ("request", "stdin", "stdout", "stderr", "judge_out", "judge_err", "verdict", "judge", "report")
+_CANDIDATE_KEYS = ("program", "wall_s", "tmp_mb", "memory_mb", "rlimits", "serve")
+
+
+class SpawnerGone(RuntimeError):
+    """The spawner died: no clean process is left to fork leaders from, so the jail must end."""
+
+
+def start_spawner(cfg):
+    """Fork the process every run's leader comes from, before any request is read (see the module
+    docstring). Returns the jail's end of a socket: send it a run's fds, receive the leader's pidfd."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    pid = os.fork()
+    if pid == 0:
+        ours.close()
+        _spawn(theirs, cfg)
+    theirs.close()
+    return ours
+
+
+def _spawn(sock, cfg):
+    """The spawner's loop (never returns): a leader per message, its pidfd sent back."""
+    try:
+        null = os.open("/dev/null", os.O_RDWR)
+        os.dup2(null, 0)  # the jail's stdin holds requests: never ours to read
+        os.dup2(null, 1)
+        keep = sock.fileno()
+        os.closerange(3, keep)
+        os.closerange(keep + 1, 65536)
+        while True:
+            _reap_children()
+            _, fds, _, _ = socket.recv_fds(sock, 16, len(_FDS))
+            if len(fds) != len(_FDS):  # the jail closed its end (or sent garbage): we are done
+                break
+            leader = os.fork()
+            if leader == 0:
+                sock.close()
+                _lead(dict(zip(_FDS, fds)), cfg)
+            for fd in fds:
+                os.close(fd)
+            pidfd = os.pidfd_open(leader)
+            socket.send_fds(sock, [b"L"], [pidfd])
+            os.close(pidfd)
+    except BaseException:  # noqa: BLE001 - the jail sees the socket close and ends
+        pass
+    os._exit(0)
+
+
+def handle(req, cfg, spawner):
     """One run, as the reply dict."""
     start = time.monotonic()
-    files = {"stdin": _memfd("stdin", req.get("stdin", "").encode("utf-8", "surrogatepass"))}
+    judged = req.get("judge") is not None
+    candidate = {k: req[k] for k in _CANDIDATE_KEYS if k in req}
+    candidate["judged"] = judged
+    files = {"request": _memfd("request", json.dumps(candidate).encode()),
+             "stdin": _memfd("stdin", req.get("stdin", "").encode("utf-8", "surrogatepass")),
+             "judge": _memfd("judge", (req["judge"] if judged else "").encode("utf-8", "surrogatepass"))}
     for name in ("stdout", "stderr", "judge_out", "judge_err", "verdict"):
         files[name] = _memfd(name)
-    r, w = os.pipe()
+    r, files["report"] = os.pipe()
+    pidfd = None
     try:
-        leader = os.fork()
-        if leader == 0:
-            os.close(r)
-            _lead(req, cfg, files, w)
-        os.close(w)
-        status = _wait(leader, start + float(req["wall_s"]) + 5.0)
-        if status is None:  # never: the leader's own wait ends at the deadline
-            os.kill(leader, signal.SIGKILL)
-            os.waitpid(leader, 0)
+        socket.send_fds(spawner, [b"R"], [files[name] for name in _FDS])
+        os.close(files.pop("report"))
+        _, got, _, _ = socket.recv_fds(spawner, 16, 1)
+        if not got:
+            raise SpawnerGone("the jail's spawner died")
+        pidfd = got[0]
+        if not _exited(pidfd, start + float(req["wall_s"]) + 5.0):  # never: the leader's own wait ends at the deadline
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            _exited(pidfd, time.monotonic() + 5.0)
         report = json.loads(os.read(r, 65536) or b'{"error": "the run leader did not report"}')
         keep = int(req.get("output_chars", 8192))
         out = {"timed_out": report.get("timed_out", False), "error": report.get("error"),
                "wall_s": time.monotonic() - start, "returncode": report.get("cand"),
                "stdout": _tail(files["stdout"], keep), "stderr": _tail(files["stderr"], keep)}
-        if req.get("judge") is not None:
+        if judged:
             out["judge"] = {"returncode": report.get("judge"), "verdict": _tail(files["verdict"], _VERDICT_BYTES),
                             "stdout": _tail(files["judge_out"], keep), "stderr": _tail(files["judge_err"], keep)}
         return out
@@ -322,12 +400,21 @@ def handle(req, cfg):
         os.close(r)
         for fd in files.values():
             os.close(fd)
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def _exited(pidfd, deadline):
+    """Whether the process behind `pidfd` (a leader: the spawner's child, not ours) ended by `deadline`."""
+    ready, _, _ = select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))
+    return bool(ready)
 
 
 def main():
     cfg = json.loads(sys.argv[1])
     seccomp._prepared()
     _set_dumpable(False)
+    spawner = start_spawner(cfg)  # first: the spawner's memory never holds a request
     replies = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # a stray print can never corrupt the replies
     if not cfg.get("once"):
@@ -335,12 +422,15 @@ def main():
     for line in sys.stdin:
         if not line.strip():
             continue
+        gone = False
         try:
-            reply = handle(json.loads(line), cfg)
+            reply = handle(json.loads(line), cfg, spawner)
+        except SpawnerGone as exc:  # answered, then the jail ends: its slot is replaced
+            reply, gone = {"error": str(exc)}, True
         except Exception as exc:  # noqa: BLE001 - a bad request is answered, never fatal
             reply = {"error": f"{type(exc).__name__}: {exc}"}
         replies.write(json.dumps(reply) + "\n")
-        if cfg.get("once"):
+        if cfg.get("once") or gone:
             break
 
 
