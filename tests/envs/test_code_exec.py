@@ -61,7 +61,8 @@ def test_fraction_of_tests_and_the_failure_message(pool):
     report = asyncio.run(run_tests(pool, is_even, "    return n == 2\n"))
     assert (report.total, report.passed_tests, report.passed) == (4, 3, False)
     assert report.fraction == 0.75
-    assert report.feedback() == "Test failed: assert candidate(0) is True -> AssertionError"
+    assert report.feedback() == "Test 3 of 4 failed: the result was wrong."
+    assert report.feedback(verbose=True) == "Test failed: assert candidate(0) is True -> AssertionError"
 
 
 def test_printed_results_and_an_early_exit_do_not_pass(pool):
@@ -105,7 +106,7 @@ def test_env_multi_turn_sends_the_failure_back_and_rewards_the_last_attempt(pool
     assert "def is_even(n):" in obs and info["task_id"] == "Mini/1"
     first = asyncio.run(env.step({"agent_0": "def is_even(n):\n    return n == 2\n"}))["agent_0"]  # parsed code
     assert first.reward == 0.0 and not first.terminated
-    assert first.obs.startswith("Test failed: assert candidate(0) is True") and first.info["score"] == 0.75
+    assert first.obs == "Test 3 of 4 failed: the result was wrong. Try again." and first.info["score"] == 0.75
     second = asyncio.run(env.step({"agent_0": "def is_even(n):\n    return n % 2 == 0\n"}))["agent_0"]
     assert second.reward == 1.0 and second.terminated and second.info["passed"]
     assert env.active_agents() == []

@@ -30,8 +30,8 @@ from typing import Any
 
 from ludic_core.envs.code_exec.sandbox import ExecResult, Judge
 
-__all__ = ["CodeProblem", "TestReport", "assemble", "build_judge", "read_report", "load_humaneval",
-           "reference_program"]
+__all__ = ["CodeProblem", "TestFailure", "TestReport", "assemble", "build_judge", "read_report", "load_humaneval",
+           "null_completion", "reference_program"]
 
 
 @dataclass(frozen=True)
@@ -52,14 +52,35 @@ class CodeProblem:
 
 
 @dataclass(frozen=True)
+class TestFailure:
+    """One failed test: its index, the error's type name, the error's text and the assert's source.
+    `detail` and `source` may hold the expected value: only verbose feedback shows them."""
+
+    index: int
+    error: str
+    detail: str = ""
+    source: str = ""
+
+    def safe(self, total: int) -> str:
+        """Which test failed and how, with no expected value and no test source."""
+        how = "the result was wrong" if self.error == "AssertionError" else f"{self.error} was raised"
+        return f"Test {self.index + 1} of {total} failed: {how}."
+
+    def verbose(self) -> str:
+        """The assert's source and the error's text: this LEAKS the expected value to the policy."""
+        return f"Test failed: {self.source} -> {self.error}" + (f": {self.detail}" if self.detail else "")
+
+
+@dataclass(frozen=True)
 class TestReport:
     """What a run of the tests showed: `passed` is the reference verdict."""
 
     total: int
     passed_tests: int
-    failures: tuple[str, ...]
+    failures: tuple[TestFailure, ...]
     completed: bool
     result: ExecResult
+    passed_ids: frozenset[int] = frozenset()
 
     @property
     def passed(self) -> bool:
@@ -69,22 +90,42 @@ class TestReport:
     def fraction(self) -> float:
         """Tests passed / tests; a run that failed outside its tests (a crash
         after the last one, say) scores at most (n - 1) / n, never 1."""
-        if self.passed or not self.total:
-            return float(self.passed)
-        return min(self.passed_tests, self.total - 1) / self.total
+        return self.fraction_beyond(frozenset())
 
-    def feedback(self, max_chars: int = 600) -> str:
-        """The first failure, for the agent's next attempt."""
+    def fraction_beyond(self, baseline: frozenset[int]) -> float:
+        """The fraction of the tests outside `baseline` that passed. With the null solution's
+        passes as the baseline (`null_completion`), a solution that does nothing scores 0: a test
+        like `assert not candidate(x)`, which `return None` passes, pays for no work. A run that
+        failed outside its tests scores at most (n - 1) / n; with no test outside the baseline,
+        only a full pass scores (1.0)."""
+        counted = [i for i in range(self.total) if i not in baseline]
+        if self.passed or not counted:
+            return float(self.passed)
+        hits = sum(i in self.passed_ids for i in counted)
+        return min(hits, len(counted) - 1) / len(counted)
+
+    def feedback(self, max_chars: int = 600, verbose: bool = False) -> str:
+        """The first failure, for the agent's next attempt. By default it names the test and how it
+        failed, never the assert's source or the expected value (a policy that hard-codes what the
+        feedback shows would otherwise earn the reward); `verbose` shows them, and so leaks them."""
         if self.passed:
             return "All tests passed."
         if self.failures:
-            text = f"Test failed: {self.failures[0]}"
+            first = self.failures[0]
+            text = first.verbose() if verbose else first.safe(self.total)
         elif self.result.status == "timeout":
             text = f"The program did not finish within {self.result.wall_s:.0f} s."
-        else:
-            tail = (self.result.stderr.strip() or self.result.judge_stderr.strip()).splitlines()[-3:]
+        else:  # the judge's own stderr can hold test values: the candidate's only, unless verbose
+            stderr = self.result.stderr.strip() or (self.result.judge_stderr.strip() if verbose else "")
+            tail = stderr.splitlines()[-3:]
             text = "The program failed: " + (" | ".join(tail) if tail else self.result.reason())
         return text[:max_chars]
+
+
+def null_completion(problem: CodeProblem) -> str:
+    """A solution that does nothing: `entry_point` returns None. Its passes are the baseline
+    `TestReport.fraction_beyond` does not pay for."""
+    return f"    return None\n\n\ndef {problem.entry_point}(*args, **kwargs):\n    return None\n"
 
 
 def reference_program(problem: CodeProblem, completion: str) -> str:
@@ -136,21 +177,23 @@ def _complete(prompt: str) -> str:
 
 
 def read_report(result: ExecResult, total: int) -> TestReport:
-    """The judge's verdict lines (JSON [kind, test index, message]) as a report; anything else is ignored."""
+    """The judge's verdict lines (JSON [kind, test index, detail]) as a report; anything else is ignored."""
     passed, failures, completed = set(), [], False
     for line in result.verdict.splitlines():
         try:
-            kind, index, message = json.loads(line)
+            kind, index, detail = json.loads(line)
         except (ValueError, TypeError):
             continue
         if kind == "done":
             completed = True
         elif kind == "pass" and index in range(total):
             passed.add(index)
-        elif kind == "fail":
-            failures.append(str(message))
+        elif kind == "fail" and index in range(total):
+            parts = detail if isinstance(detail, list) and len(detail) == 3 else ["", "Error", str(detail)]
+            source, error, text = (str(x)[:300] for x in parts)
+            failures.append(TestFailure(index=index, error=error, detail=text, source=source))
     return TestReport(total=total, passed_tests=len(passed), failures=tuple(failures), completed=completed,
-                      result=result)
+                      result=result, passed_ids=frozenset(passed))
 
 
 def _instrument(test_src: str) -> tuple[str, int]:
@@ -171,8 +214,7 @@ def _instrument(test_src: str) -> tuple[str, int]:
             wrapped = ast.parse(
                 f"try:\n    pass\n"
                 f"except BaseException as _ludic_e:\n"
-                f"    _ludic_report('fail', {total}, {source!r} + ' -> ' + "
-                f"(type(_ludic_e).__name__ + (': ' + str(_ludic_e) if str(_ludic_e) else ''))[:300])\n"
+                f"    _ludic_report('fail', {total}, [{source!r}, type(_ludic_e).__name__, str(_ludic_e)[:300]])\n"
                 f"else:\n    _ludic_report('pass', {total})\n").body[0]
             wrapped.body = [stmt]
             body.append(wrapped)
