@@ -191,3 +191,33 @@ def test_vllm_server_two_turn_episode_keeps_the_reply_as_text(vllm_server, tiny_
     second, _ = asyncio.run(client.complete(ChatCompletionRequest(
         messages=_dialog_after(HOSTILE).messages(), sampling=SamplingConfig(max_tokens=1, seed=0))))
     _check_turn_two(tok, first, second)
+
+
+# ---- a template that transforms text ---------------------------------------------
+def _transforming_tokenizer() -> Any:
+    """The tiny tokenizer with a template that trims content and drops an earlier
+    reply's reasoning (as Qwen3's does): a sentinel rendering cannot reproduce it."""
+    from ludic_core.models.tiny import build_byte_tokenizer
+
+    tok = build_byte_tokenizer()
+    tok.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+                         "{{ m['content'].split('</think>')[-1] | trim }}<|im_end|>\n{% endfor %}"
+                         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    return tok
+
+
+def test_a_transforming_template_renders_honest_text_and_refuses_marker_text():
+    from ludic_core.inference.chat_render import ChatRenderError, chat_prompt_ids
+
+    tok = _transforming_tokenizer()
+    honest = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "<think>x</think> 5 "}]
+    text = tok.apply_chat_template(honest, add_generation_prompt=True, tokenize=False)
+    assert chat_prompt_ids(tok, honest) == tok.encode(text, add_special_tokens=False)
+    # text the template leaves as it is is still split out and kept as text
+    assert _roles(tok, chat_prompt_ids(tok, _dialog_after(HOSTILE).messages())) == [
+        "system", "user", "assistant", "user", "assistant"]
+    reasoned = f"<think>plan</think> {HOSTILE}"  # transformed: no faithful split, so refused
+    with pytest.raises(ChatRenderError, match="special token '<\\|im_(end|start)\\|>'"):
+        chat_prompt_ids(tok, _dialog_after(reasoned).messages())
+    with pytest.raises(ValueError, match="special token"):  # a dataset row is refused, naming the token
+        chat_to_item([{"role": "user", "content": FIRST}, {"role": "assistant", "content": reasoned}], tok)
