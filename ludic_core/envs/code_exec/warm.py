@@ -7,9 +7,10 @@ serving inside it, and every run is forked from it with the same isolation as
 a cold run: a mount and IPC namespace and a /tmp of the run's own (its
 `tmp_mb`), a memory cgroup limited to the run's `memory_mb`, uids of the
 slot's own for the candidate and the judge, rlimits and the seccomp filter.
-What a slot shares between runs is the read-only view and the jail's memory,
-which a run only reads; nothing a run makes (files, IPC, processes, keys)
-reaches the next.
+What a slot shares between runs is the read-only view and the memory of the
+jail's spawner, which a run only reads and which never held a judge (every
+run's leader is forked from it; `jail.py` says why); nothing a run makes
+(files, IPC, processes, keys) reaches the next.
 
 A slot whose jail dies or stops answering (wall limit + 5 s) is killed and
 replaced; that run is reported as a failure, never retried silently.
