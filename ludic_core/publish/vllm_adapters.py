@@ -44,6 +44,8 @@ __all__ = ["AdapterLoadError", "PUBLISHED_LOG", "PublishedAdapter", "ServerAdapt
 PUBLISHED_LOG = "published.jsonl"
 
 log = logging.getLogger(__name__)
+#: the directory names `_write` gives: `policy-vN`, `policy-vN.K` for a republished version
+_OWN_NAME = re.compile(r"policy-v\d{1,19}(\.\d{1,9})?")
 
 
 class AdapterLoadError(ValueError):
@@ -185,8 +187,9 @@ class ServerAdapters:
     def evict(self) -> list[str]:
         """Unload what is beyond `keep_last` (oldest first); delete the files of earlier unloads."""
         for old in self._unloaded_dirs:
-            if old.parent == self.adapter_dir:  # never delete files this publisher did not write
-                shutil.rmtree(old, ignore_errors=True)
+            mine = self._written_here(old)
+            if mine is not None:
+                shutil.rmtree(mine, ignore_errors=True)
         self._unloaded_dirs = []
         paths = self._sync()
         gone = to_unload(list(paths), self.keep_last)
@@ -194,6 +197,18 @@ class ServerAdapters:
             unload_adapter(self.control, name)
             self._unloaded_dirs.append(paths.pop(name))
         return gone
+
+    def _written_here(self, path: Path) -> Path | None:
+        """`path` resolved, if it is an adapter directory this publisher wrote: a real
+        directory (no symlink) named as `_write` names them, directly in adapter_dir.
+        Never anything else: the paths come from the server's `/v1/models`, which may
+        name `<adapter_dir>/..`, a symlink out, or a directory of the run's."""
+        resolved = path.resolve()
+        if path.is_symlink() or resolved.parent != self.adapter_dir or not _OWN_NAME.fullmatch(resolved.name):
+            log.warning("not deleting %s: not an adapter directory this publisher wrote in %s", path,
+                        self.adapter_dir)
+            return None
+        return resolved if resolved.is_dir() and not resolved.is_symlink() else None
 
     def _served_schema(self) -> dict[str, tuple[str, tuple[int, ...]]]:
         """The served checkpoint's tensor names and shapes (ludic's worker extension), fetched once."""
