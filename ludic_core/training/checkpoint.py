@@ -369,7 +369,8 @@ def load_checkpoint(
     if error is not None:
         raise error
     if "error" in header:
-        kinds = {"FileNotFoundError": FileNotFoundError, "ValueError": ValueError, "CheckpointCorrupt": CheckpointCorrupt}
+        kinds = {"FileNotFoundError": FileNotFoundError, "ValueError": ValueError,
+                 "CheckpointCorrupt": CheckpointCorrupt}
         kind = kinds.get(header["error"], RuntimeError)
         raise kind(header["message"])
     if scheduler is not None and header["scheduler"] is None:

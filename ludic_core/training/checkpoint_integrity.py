@@ -22,8 +22,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CORRUPT_MARKER", "CheckpointCorrupt", "FORMAT_VERSION", "MANIFEST", "REQUIRED", "candidates", "check", "corrupt",
-           "none_intact", "read_json", "read_trainer_state", "step_of", "verified_checkpoint", "verify_files",
+__all__ = ["CORRUPT_MARKER", "CheckpointCorrupt", "FORMAT_VERSION", "MANIFEST", "REQUIRED", "candidates", "check",
+           "corrupt", "none_intact", "read_json", "read_trainer_state", "step_of", "verified_checkpoint", "verify_files",
            "warn_fallback", "write_manifest"]
 
 #: 1: no manifest (unverified); 2: `manifest.json` holds every file's sha256.
@@ -103,7 +103,8 @@ def _manifest_files(ckpt: Path) -> dict[str, dict[str, Any]]:
     if manifest.get("seal") != _seal(files):
         raise corrupt(ckpt, MANIFEST, "its seal does not match its file table (the manifest is damaged)")
     for rel, entry in files.items():
-        if not (isinstance(entry, dict) and isinstance(entry.get("sha256"), str) and isinstance(entry.get("bytes"), int)):
+        ok = isinstance(entry, dict) and isinstance(entry.get("sha256"), str) and isinstance(entry.get("bytes"), int)
+        if not ok:
             raise corrupt(ckpt, MANIFEST, f"malformed entry for {rel!r}")
     return files
 
