@@ -4,10 +4,12 @@ The trainer knows nothing about REINFORCE vs GRPO: it optimises whatever loss
 it is given on SAW items weighted by whatever credit was assigned. So adding an
 algorithm means composing existing parts, not editing the trainer.
 
-A note on GRPO here: with one optimiser step per fresh batch the behaviour and
-current policies coincide, the ratio is exactly 1 and clipping never fires, so
-GRPO reduces to REINFORCE with a group-mean baseline (and std scaling). The
-clipped form matters once batches are reused or arrive stale (pipeline RL).
+A note on GRPO here: with one optimiser step per fresh batch (`reuse` 1 x 1, the
+default) the behaviour and current policies coincide, the ratio is exactly 1 and
+clipping never fires, so GRPO reduces to REINFORCE with a group-mean baseline
+(and std scaling). The clipped form acts once a batch is reused (`reuse`:
+several updates per batch, `training/rollout_reuse.py`) or arrives stale
+(pipeline RL).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from ludic_core.config import (
     GRPOConfig,
     GSPOConfig,
     ReinforceBaselineConfig,
+    RolloutReuse,
     ReinforceConfig,
     ScaleRLConfig,
     SFTConfig,
@@ -75,6 +78,8 @@ class RLAlgorithm:
     rollout_filters: list[RolloutFilter] = field(default_factory=list)
     #: read by `RolloutBatchSource`: draw until enough groups carry signal (DAPO)
     dynamic_sampling: DynamicSampling | None = None
+    #: read by `Trainer`: optimiser updates per generated batch (mini-batches x epochs)
+    reuse: RolloutReuse = field(default_factory=RolloutReuse)
 
     def __post_init__(self) -> None:
         declared(self.loss, "needs_entropy")
@@ -120,7 +125,7 @@ def make_grpo(*, group_size: int | None = None, normalize_std: bool = True, clip
               clip_high: float = 0.2, kl_coef: float = 0.0, kl_to: str = "reference", entropy_coef: float = 0.0,
               dynamic_sampling: DynamicSampling | None = None, sampler_correction: str = "none",
               sampler_cap: float = 2.0, credit: str = "episode", gamma: float = 1.0,
-              loss_reduction: str = "token") -> RLAlgorithm:
+              loss_reduction: str = "token", reuse: RolloutReuse | None = None) -> RLAlgorithm:
     pg = ClippedSurrogateLoss(clip_low, clip_high, reduction=loss_reduction,  # type: ignore[arg-type]
                               sampler_correction=sampler_correction,  # type: ignore[arg-type]
                               sampler_cap=sampler_cap)
@@ -139,19 +144,24 @@ def make_grpo(*, group_size: int | None = None, normalize_std: bool = True, clip
         assigner = GroupNormalizedReturn(normalize_std=normalize_std, expected_group_size=group_size)
     else:
         raise ValueError(f"credit must be 'episode' or 'turn', got {credit!r}")
-    return RLAlgorithm("grpo", assigner, loss, dynamic_sampling=dynamic_sampling)
+    if reuse is not None and reuse.updates > 1 and sampler_correction != "none":
+        raise ValueError("sampler_correction takes the ratio against the trainer's current log-probs: it cannot "
+                         "be combined with rollout reuse (several updates per batch)")
+    return RLAlgorithm("grpo", assigner, loss, dynamic_sampling=dynamic_sampling, reuse=reuse or RolloutReuse())
 
 
 def make_gspo(*, group_size: int | None = None, clip_low: float = 3e-4, clip_high: float = 4e-4,
-              dynamic_sampling: DynamicSampling | None = None) -> RLAlgorithm:
+              dynamic_sampling: DynamicSampling | None = None, reuse: RolloutReuse | None = None) -> RLAlgorithm:
     credit = GroupNormalizedReturn(expected_group_size=group_size)
-    return RLAlgorithm("gspo", credit, GSPOLoss(clip_low, clip_high), dynamic_sampling=dynamic_sampling)
+    return RLAlgorithm("gspo", credit, GSPOLoss(clip_low, clip_high), dynamic_sampling=dynamic_sampling,
+                       reuse=reuse or RolloutReuse())
 
 
 def make_cispo(*, group_size: int | None = None, eps_high: float = 2.0,
-               dynamic_sampling: DynamicSampling | None = None) -> RLAlgorithm:
+               dynamic_sampling: DynamicSampling | None = None, reuse: RolloutReuse | None = None) -> RLAlgorithm:
     credit = GroupNormalizedReturn(expected_group_size=group_size)
-    return RLAlgorithm("cispo", credit, CISPOLoss(eps_high=eps_high), dynamic_sampling=dynamic_sampling)
+    return RLAlgorithm("cispo", credit, CISPOLoss(eps_high=eps_high), dynamic_sampling=dynamic_sampling,
+                       reuse=reuse or RolloutReuse())
 
 
 def make_sft() -> RLAlgorithm:
@@ -159,12 +169,13 @@ def make_sft() -> RLAlgorithm:
 
 
 def make_scalerl(*, group_size: int | None = None, eps_high: float = 2.0,
-                 dynamic_sampling: DynamicSampling | None = None) -> RLAlgorithm:
+                 dynamic_sampling: DynamicSampling | None = None, reuse: RolloutReuse | None = None) -> RLAlgorithm:
     credit = HybridNormalizedReturn()
     if group_size is not None:
         credit.expected_group_size = group_size  # type: ignore[attr-defined]
     return RLAlgorithm("scalerl", credit, CISPOLoss(eps_high=eps_high),
-                       rollout_filters=[drop_zero_variance_groups], dynamic_sampling=dynamic_sampling)
+                       rollout_filters=[drop_zero_variance_groups], dynamic_sampling=dynamic_sampling,
+                       reuse=reuse or RolloutReuse())
 
 
 def build_algorithm(cfg: AlgorithmConfig) -> RLAlgorithm:
@@ -178,14 +189,16 @@ def build_algorithm(cfg: AlgorithmConfig) -> RLAlgorithm:
                          clip_high=cfg.clip_high, kl_coef=cfg.kl_coef, kl_to=cfg.kl_to, entropy_coef=cfg.entropy_coef,
                          dynamic_sampling=cfg.dynamic_sampling, sampler_correction=cfg.sampler_correction,
                          sampler_cap=cfg.sampler_cap, credit=cfg.credit, gamma=cfg.gamma,
-                         loss_reduction=cfg.loss_reduction)
+                         loss_reduction=cfg.loss_reduction, reuse=cfg.reuse)
     if isinstance(cfg, GSPOConfig):
         return make_gspo(group_size=cfg.group_size, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-                         dynamic_sampling=cfg.dynamic_sampling)
+                         dynamic_sampling=cfg.dynamic_sampling, reuse=cfg.reuse)
     if isinstance(cfg, CISPOConfig):
-        return make_cispo(group_size=cfg.group_size, eps_high=cfg.eps_high, dynamic_sampling=cfg.dynamic_sampling)
+        return make_cispo(group_size=cfg.group_size, eps_high=cfg.eps_high, dynamic_sampling=cfg.dynamic_sampling,
+                          reuse=cfg.reuse)
     if isinstance(cfg, SFTConfig):
         return make_sft()
     if isinstance(cfg, ScaleRLConfig):
-        return make_scalerl(group_size=cfg.group_size, eps_high=cfg.eps_high, dynamic_sampling=cfg.dynamic_sampling)
+        return make_scalerl(group_size=cfg.group_size, eps_high=cfg.eps_high, dynamic_sampling=cfg.dynamic_sampling,
+                            reuse=cfg.reuse)
     raise TypeError(f"unknown algorithm config {type(cfg).__name__}")

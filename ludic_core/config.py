@@ -27,6 +27,7 @@ __all__ = [
     "SFTConfig",
     "ScaleRLConfig",
     "DynamicSampling",
+    "RolloutReuse",
     "AlgorithmConfig",
     "group_size_of",
     "LoRAConfig",
@@ -55,6 +56,25 @@ class DynamicSampling(FrozenModel):
 
 
 _DYNAMIC = "None = off; else draw more request batches until enough groups carry signal (DAPO)"
+
+
+class RolloutReuse(FrozenModel):
+    """Several optimiser updates per generated batch (`training/rollout_reuse.py`): `epochs` passes
+    over it, each cut into `mini_batches` updates, against the sampler's log-probs. From the second
+    update on the ratio departs from 1 and clipping acts. Each update is one policy version, so a
+    batch makes `mini_batches x epochs` versions: `trainer.max_lag` counts them."""
+
+    mini_batches: int = bounded(1, ge=1, le=MAX_BATCH, description="optimiser updates per pass over a batch "
+                                                                   "(a group stays in one mini-batch)")
+    epochs: int = bounded(1, ge=1, le=MAX_DRAWS, description="passes over each generated batch")
+
+    @property
+    def updates(self) -> int:
+        """Optimiser updates (policy versions) per generated batch."""
+        return self.mini_batches * self.epochs
+
+
+_REUSE = "optimiser updates per generated batch: mini_batches x epochs (default 1 x 1, each rollout used once)"
 
 
 class ReinforceConfig(FrozenModel):
@@ -96,11 +116,16 @@ class GRPOConfig(FrozenModel):
         "GPU); behaviour: the sampler's policy (0 in synchronous training: it bites only on stale batches)")
     entropy_coef: float = Field(0.0, ge=0.0)
     dynamic_sampling: DynamicSampling | None = Field(None, description=_DYNAMIC)
+    reuse: RolloutReuse = Field(RolloutReuse(), description=_REUSE)
 
     @model_validator(mode="after")
     def _gamma_needs_turn_credit(self) -> GRPOConfig:
         if self.gamma != 1.0 and self.credit != "turn":
             raise ValueError(f"gamma={self.gamma} discounts per-turn returns: it needs credit='turn'")
+        if self.sampler_correction != "none" and self.reuse.updates > 1:
+            raise ValueError(f"sampler_correction={self.sampler_correction!r} takes the ratio against the trainer's "
+                             "current log-probs, which only equal the behaviour policy's on a batch's first update: "
+                             "use it with reuse 1 x 1, or reuse with sampler_correction 'none'")
         return self
 
 
@@ -112,6 +137,7 @@ class GSPOConfig(FrozenModel):
     clip_low: float = Field(3e-4, ge=0.0, lt=1.0)
     clip_high: float = Field(4e-4, ge=0.0)
     dynamic_sampling: DynamicSampling | None = Field(None, description=_DYNAMIC)
+    reuse: RolloutReuse = Field(RolloutReuse(), description=_REUSE)
 
 
 class CISPOConfig(FrozenModel):
@@ -121,6 +147,7 @@ class CISPOConfig(FrozenModel):
     group_size: int | None = bounded(None, ge=2, le=MAX_GROUP, description="episodes per group (checked)")
     eps_high: float = Field(2.0, gt=0.0, description="IS weight capped at 1 + eps_high")
     dynamic_sampling: DynamicSampling | None = Field(None, description=_DYNAMIC)
+    reuse: RolloutReuse = Field(RolloutReuse(), description=_REUSE)
 
 
 class SFTConfig(FrozenModel):
@@ -137,6 +164,7 @@ class ScaleRLConfig(FrozenModel):
     group_size: int | None = bounded(None, ge=2, le=MAX_GROUP, description="episodes per group (checked)")
     eps_high: float = Field(2.0, gt=0.0)
     dynamic_sampling: DynamicSampling | None = Field(None, description=_DYNAMIC)
+    reuse: RolloutReuse = Field(RolloutReuse(), description=_REUSE)
 
 
 AlgorithmConfig = Annotated[

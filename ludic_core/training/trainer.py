@@ -39,6 +39,7 @@ from ludic_core.training.compiled_layers import compile_layers
 from ludic_core.training.lora import adapter_config, adapter_state_dict, apply_lora, is_lora, merged_state_dict
 from ludic_core.training.micro_batch_scoring import PackedScoring, PaddedScoring
 from ludic_core.training.micro_batches import MicroBatcher, is_pad, to_device
+from ludic_core.training.rollout_reuse import merge_update_metrics, plan_updates
 from ludic_core.training.schedules import lr_multiplier
 from ludic_core.training.scoring import PolicyScorer
 from ludic_core.training.step_metrics import StepMetrics
@@ -116,10 +117,18 @@ class Trainer:
                                     compute_dtype=self.compute_dtype,
                                     share_prompts=(config.share_prompts and not self.ctx.is_distributed
                                                    and not config.compile and not config.grad_checkpointing))
-        self.step = 0
+        self.reuse = algorithm.reuse
+        if config.max_lag is not None and config.max_lag < self.reuse.updates - 1:
+            raise ValueError(f"trainer.max_lag={config.max_lag} counts policy versions, and each batch makes "
+                             f"{self.reuse.updates} (reuse: {self.reuse.mini_batches} mini-batches x "
+                             f"{self.reuse.epochs} epochs): items one batch behind would all be dropped as stale; "
+                             f"set max_lag >= {self.reuse.updates - 1}")
+        self.step = 0  # train steps: one generated batch each
+        self.updates = 0  # optimiser updates: `reuse.updates` per step; each is one policy version
         self._shared_positions = 0  # this step's prompt positions run once for several rows
         self.policy_version = 0
         self.history: list[dict[str, float]] = []
+        self.update_history: list[dict[str, float]] = []  # the loss's metrics of every optimiser update
 
     @property
     def packing(self) -> bool:
@@ -220,11 +229,29 @@ class Trainer:
             raise
 
     def _train_on(self, batch: SAWBatch, t0: float) -> dict[str, float]:
+        """One train step: the batch's optimiser updates (`reuse`), then the LR schedule, publishing,
+        evaluation and checkpoints."""
         items, stale = self._filter(batch)
+        plan = plan_updates(items, [i.meta.get("group_id") for i in items], mini_batches=self.reuse.mini_batches,
+                            epochs=self.reuse.epochs, seed=self.cfg.seed * 1_000_003 + self.step) or [[]]
+        self._shared_positions = 0
+        mbs: list[MicroBatch] = []
+        skipped = {"skipped_items": 0.0, "skipped_tokens": 0.0}
+        per_update = []
+        for part in plan:
+            part_mbs, totals, metrics = self._update(part)
+            mbs += part_mbs
+            skipped = {k: v + totals[k] for k, v in skipped.items()}
+            per_update.append(metrics)
+        self.scheduler.step()
+        self.step += 1
+        return self._after_step(batch, items, mbs, stale, skipped, merge_update_metrics(per_update), t0)
+
+    def _update(self, items: list[SAWItem]) -> tuple[list[MicroBatch], dict[str, float], dict[str, float]]:
+        """One optimiser update on `items`: the loss is normalised by their own totals."""
         scored, skipped = self._split_inert(items)
         mbs = self.batcher.split(scored)
         totals = self._totals(mbs, dist_utils.shard_batch(skipped, self.ctx))
-        self._shared_positions = 0
         step_metrics = StepMetrics()
         for i, mb in enumerate(mbs):
             dist_utils.set_gradient_sync(self.model, i == len(mbs) - 1)
@@ -236,12 +263,12 @@ class Trainer:
         if not mbs and totals["skipped_items"]:
             self._zero_grads()
         metric_sums = step_metrics.result(self.ctx)
-        grad_norm = self._clip()
+        metric_sums["grad_norm"] = self._clip()
         self.optimizer.step()
-        self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.step += 1
-        return self._after_step(batch, items, mbs, stale, totals, metric_sums, grad_norm, t0)
+        self.updates += 1
+        self.update_history.append(metric_sums)
+        return mbs, totals, metric_sums
 
     def _zero_grads(self) -> None:
         """Every item was skipped: the unskipped step's gradient is exactly 0, and AdamW
@@ -263,15 +290,16 @@ class Trainer:
             raise FloatingPointError(f"non-finite gradient norm {value} at step {self.step + 1}")
         return value
 
-    def _after_step(self, batch, items, mbs, stale, totals, metric_sums, grad_norm, t0) -> dict[str, float]:
-        """The step's metrics. The loss's own (ratio and clip statistics, ...) cover the
-        tokens that were scored: items skipped as inert (`skipped_items`, with
-        `skipped_tokens` action tokens) count in `loss` and the gradient, not in them."""
+    def _after_step(self, batch, items, mbs, stale, totals, metric_sums, t0) -> dict[str, float]:
+        """The step's metrics. The loss's own (ratio, clip statistics) cover the scored tokens: items
+        skipped as inert count in `loss` and the gradient, not in them. Over a batch's updates:
+        `merge_update_metrics`."""
         total_tokens = dist_utils.all_reduce_sum(float(sum(mb.real_tokens for mb in mbs)), self.ctx)
         secs = time.perf_counter() - t0
         metrics = {
             "loss": metric_sums.pop("loss", 0.0),
-            "grad_norm": grad_norm,
+            "grad_norm": metric_sums.pop("grad_norm", 0.0),
+            "updates": float(self.updates),
             "lr": self.scheduler.get_last_lr()[0],
             "items": float(len(items)),
             "skipped_items": totals["skipped_items"],
@@ -313,23 +341,24 @@ class Trainer:
         return dist_utils.full_state_dict(self.model, self.ctx)
 
     def publish(self) -> None:
+        """Publish the weights as policy version `updates` (one version per optimiser update)."""
         if self.publisher is None:
-            self.policy_version = self.step
+            self.policy_version = self.updates
             return
         if is_lora(self.model) and getattr(self.publisher, "accepts_adapters", False):
             adapter = adapter_state_dict(self.model)  # the adapter alone: the engine keeps the base
             if self.ctx.is_main:
-                self.publisher.publish_adapter(adapter, adapter_config(self.model), version=self.step)
+                self.publisher.publish_adapter(adapter, adapter_config(self.model), version=self.updates)
         else:
             weights = self.full_weights()
             if self.ctx.is_main:
-                self.publisher.publish(weights, version=self.step)
-        self.policy_version = self.step
+                self.publisher.publish(weights, version=self.updates)
+        self.policy_version = self.updates
 
     def save_checkpoint(self) -> Path:
         if self.checkpoint_dir is None:
             raise ValueError("Trainer has no checkpoint_dir")
-        data = {"source": self.source.state_dict(), "policy_version": self.policy_version}
+        data = {"source": self.source.state_dict(), "policy_version": self.policy_version, "updates": self.updates}
         path = save_checkpoint(self.checkpoint_dir, self.step, model=self.model, optimizer=self.optimizer,
                                scheduler=self.scheduler, ctx=self.ctx, tokenizer=self.tokenizer,
                                data_state=data, keep_last=self.cfg.keep_last)
@@ -350,7 +379,8 @@ class Trainer:
         self.step = int(state["step"])
         data = state.get("data") or {}
         self.source.load_state_dict(data.get("source", {}))
-        self.policy_version = int(data.get("policy_version", self.step))
+        self.updates = int(data.get("updates", self.step))  # checkpoints before rollout reuse: one per step
+        self.policy_version = int(data.get("policy_version", self.updates))
         log.info("resumed from %s at step %d", target, self.step)
         return True
 
