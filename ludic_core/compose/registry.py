@@ -53,6 +53,7 @@ BUNDLED: dict[str, dict[str, str]] = {
     },
     "policy": {
         "tic_tac_toe_minimax": "ludic_core.envs.tic_tac_toe_players:minimax_teacher",
+        "tic_tac_toe_heuristic": "ludic_core.envs.tic_tac_toe_players:heuristic_teacher",
         "tic_tac_toe_random": "ludic_core.envs.tic_tac_toe_players:random_player",
         "arithmetic_oracle": "ludic_core.envs.arithmetic:arithmetic_oracle",
         "code_reference": "ludic_core.envs.code_exec.problems:reference_solver",

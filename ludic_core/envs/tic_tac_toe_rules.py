@@ -10,7 +10,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Iterable, Literal
 
-__all__ = ["Mark", "EMPTY_BOARD", "winner", "legal_moves", "minimax_moves", "move_regret", "render_board"]
+__all__ = ["Mark", "EMPTY_BOARD", "winner", "legal_moves", "winning_moves", "minimax_moves", "move_regret",
+           "render_board"]
 
 Mark = Literal["X", "O"]
 EMPTY_BOARD = "." * 9
@@ -61,6 +62,13 @@ def legal_moves(board: str | Iterable[str]) -> list[int]:
     """Empty cells (1-based); [] once the game is won or the board is full."""
     b = _as_board(board)
     return [] if _winner(b) else [i + 1 for i, c in enumerate(b) if c == "."]
+
+
+def winning_moves(board: str | Iterable[str], player: str) -> list[int]:
+    """Cells (1-based) where `player` completes a line now."""
+    b = _as_board(board)
+    _check_mark(player, "player")
+    return [c for c in legal_moves(b) if _winner(_place(b, c - 1, player)) == player]
 
 
 def _move_score(b: str, index: int, player: str) -> int:

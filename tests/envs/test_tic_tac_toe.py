@@ -84,6 +84,27 @@ def test_preference_tie_break_is_a_function_of_the_board():
         scripted_tic_tac_toe_policy("minimax", tie_break="first")
 
 
+def test_the_heuristic_teacher_wins_blocks_and_otherwise_takes_edges():
+    from ludic_core.envs.tic_tac_toe_players import heuristic_teacher
+    from ludic_core.envs.tic_tac_toe_rules import winning_moves
+
+    teacher = heuristic_teacher()
+    assert teacher(_ask("XX.OO....", "X")) == "<move>3</move>"  # its own win first (3), not O's threat (6)
+    assert teacher(_ask("XX..O....", "O")) == "<move>3</move>"  # nothing to win: block X's row at 3
+    assert teacher(_ask("." * 9, "X")) == "<move>2</move>"  # nothing urgent: the first free edge
+    assert winning_moves(".X.X.X.X.", "X") == [5] and teacher(_ask(".X.X.X.X.", "O")) == "<move>5</move>"  # block
+    # every edge taken, nothing to win or block: a corner, the centre last
+    assert winning_moves(".X.O.X.O.", "X") == winning_moves(".X.O.X.O.", "O") == []
+    assert teacher(_ask(".X.O.X.O.", "X")) == "<move>1</move>"
+    assert teacher(_ask("XXOOOXXO.", "X")) == "<move>9</move>"
+    # the blind spot: as O after a corner opening it takes an edge, which minimax never does
+    assert teacher(_ask("X........", "O")) == "<move>2</move>" and minimax_moves("X........", "O") == [5]
+    rand = heuristic_teacher(fallback="random")
+    assert len({rand(_ask("." * 9, "X")) for _ in range(50)}) > 3
+    with pytest.raises(ValueError, match="fallback"):
+        heuristic_teacher(fallback="best")
+
+
 def test_sysprompt_has_no_digit_to_copy():
     # an example cell in the instructions becomes the cell a tiny model always plays
     assert not any(ch.isdigit() for ch in TicTacToeEnv().suggested_sysprompt)
