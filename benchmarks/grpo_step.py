@@ -111,11 +111,13 @@ def make_reward(make_env, env_kwargs, parser, eos_ids: set[int], truncation_pena
 
 
 # ---- ludic ---------------------------------------------------------------------------
-def ludic_trainer(model_dir: Path, seeds: list[list[int]], compile: bool | str = "auto"):
+def ludic_trainer(model_dir: Path, seeds: list[list[int]], compile: bool | str = "auto", *, lr: float | None = None,
+                  reuse: tuple[int, int] = (1, 1)):
+    """ludic's Trainer on the one-move task; `reuse` = (mini-batches, epochs) per generated batch."""
     from ludic_core.algorithms import make_grpo
     from ludic_core.batching.sources import RolloutBatchSource
     from ludic_core.compose.build import build_engine, episode_requests
-    from ludic_core.config import RL_TRAINER
+    from ludic_core.config import RL_TRAINER, RolloutReuse
     from ludic_core.inference import LocalChatClient
     from ludic_core.models import load_model_and_tokenizer
     from ludic_core.publish import InProcessPublisher
@@ -128,17 +130,19 @@ def ludic_trainer(model_dir: Path, seeds: list[list[int]], compile: bool | str =
     client = LocalChatClient(copy.deepcopy(policy), tok, device="cpu", max_batch_size=PROMPTS * GROUP,
                              compile=compile)
     engine = build_engine(env, agent, client, max_concurrency=PROMPTS * GROUP)
-    algo = make_grpo(group_size=GROUP, kl_coef=0.0)
+    algo = make_grpo(group_size=GROUP, kl_coef=0.0, reuse=RolloutReuse(mini_batches=reuse[0], epochs=reuse[1]))
     source = RolloutBatchSource(engine, lambda i: episode_requests(env, agent, seeds[i]), algo, max_steps=1,
                                 strategy=GRPORequestStrategy(GROUP, seed=SEED_START), max_seq_len=512)
-    cfg = RL_TRAINER.model_copy(update={"lr": r.rl_lr, "device": "cpu", "seed": 0})
+    cfg = RL_TRAINER.model_copy(update={"lr": lr or r.rl_lr, "device": "cpu", "seed": 0})
     trainer = Trainer(policy, algo, source, cfg, tokenizer=tok, publisher=InProcessPublisher(client))
     return trainer, source, client, tok
 
 
 # ---- TRL -----------------------------------------------------------------------------
-def trl_train(model_dir: Path, rows: list[dict], n_steps: int, reward_fn, on_step: Callable[[], None]):
-    """Run TRL's GRPOTrainer for `n_steps`; call `on_step()` after each step, off its clock.
+def trl_train(model_dir: Path, rows: list[dict], n_steps: int, reward_fn, on_step: Callable[..., Any], *,
+              lr: float | None = None, num_iterations: int = 1):
+    """Run TRL's GRPOTrainer for `n_steps`; call `on_step(model)` after each step, off its clock
+    (a true return stops training). `num_iterations`: TRL's reuse of each generated batch.
 
     Returns the clock (per step: seconds, rollout seconds, mean completion length, mean
     reward), or None without TRL."""
@@ -169,10 +173,12 @@ def trl_train(model_dir: Path, rows: list[dict], n_steps: int, reward_fn, on_ste
         def on_train_begin(self, *a, **kw):
             self.resumed = time.perf_counter()
 
-        def on_step_end(self, *a, **kw):
+        def on_step_end(self, _args, _state, control, **kw):
             self.steps.append(time.perf_counter() - self.resumed)
-            on_step()
+            if on_step(kw.get("model")):
+                control.should_training_stop = True
             self.resumed = time.perf_counter()
+            return control
 
         def on_log(self, _args, _state, _control, logs=None, **kw):
             if logs and "completions/mean_length" in logs:
@@ -185,9 +191,9 @@ def trl_train(model_dir: Path, rows: list[dict], n_steps: int, reward_fn, on_ste
         config = trl.GRPOConfig(
             output_dir=out, per_device_train_batch_size=PROMPTS * GROUP, gradient_accumulation_steps=1,
             num_generations=GROUP, max_completion_length=MAX_TOKENS, temperature=TEMPERATURE, top_p=1.0, top_k=0,
-            beta=0.0, epsilon=0.2, scale_rewards="group", loss_type="dapo", num_iterations=1,
+            beta=0.0, epsilon=0.2, scale_rewards="group", loss_type="dapo", num_iterations=num_iterations,
             use_vllm=False, gradient_checkpointing=False, bf16=False, use_cpu=True,
-            learning_rate=recipe().rl_lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
+            learning_rate=lr or recipe().rl_lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
             adam_beta1=0.9, adam_beta2=0.95, max_grad_norm=1.0, max_steps=n_steps, logging_steps=1,
             report_to="none", save_strategy="no", shuffle_dataset=False, seed=0, disable_tqdm=True,
             dataloader_num_workers=0)
@@ -260,7 +266,7 @@ def main() -> int:
             ludic_step()
             pos[0] += 1
 
-    def after_trl_step() -> None:
+    def after_trl_step(_model=None) -> None:
         pos[0] += 1  # the TRL step that just ended
         run_ludic_until_trl()
 
