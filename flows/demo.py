@@ -4,8 +4,8 @@ The generic flows with one recipe's settings (`ludic_core.recipes`:
 tic-tac-toe by default, arithmetic, a reasoning-gym mix, or TextArena's TicTacToe): nothing
 here knows a game. Each
 stage's output path is the next stage's input and is recorded in a lineage
-artifact; evaluations before SFT, after SFT and after RL become a table
-artifact and the flow's return value. Re-running after a crash skips the
+artifact; evaluations of the teacher's own play, before SFT, after SFT and
+after RL (the same episodes) become a table artifact and the flow's return value. Re-running after a crash skips the
 stages whose outputs exist.
 """
 
@@ -59,8 +59,18 @@ def _row(stage: str, recipe: Recipe, m: dict[str, float], seconds: float) -> dic
 
 
 def _evaluate(model_path: str, recipe: Recipe, cfg: DemoConfig) -> dict[str, float]:
-    seeds = list(range(recipe.eval_seed, recipe.eval_seed + (cfg.eval_episodes or recipe.eval_episodes)))
-    return evaluate_policy(ModelPolicy(model_path=model_path), recipe.eval_env, recipe.agent, seeds=seeds)
+    return evaluate_policy(ModelPolicy(model_path=model_path), recipe.eval_env, recipe.agent,
+                           seeds=_eval_seeds(recipe, cfg))
+
+
+def _eval_seeds(recipe: Recipe, cfg: DemoConfig) -> list[int]:
+    return list(range(recipe.eval_seed, recipe.eval_seed + (cfg.eval_episodes or recipe.eval_episodes)))
+
+
+def _evaluate_teacher(recipe: Recipe, cfg: DemoConfig) -> dict[str, float]:
+    """The teacher's own play on the same episodes: the row a student has to pass."""
+    return evaluate_policy(ScriptedPolicy(policy=recipe.teacher, kwargs=recipe.teacher_kwargs), recipe.eval_env,
+                           recipe.agent, seeds=_eval_seeds(recipe, cfg))
 
 
 def teacher_data(cfg: DemoConfig, recipe: Recipe, model_path: str) -> str:
@@ -114,7 +124,9 @@ def demo(cfg: DemoConfig) -> dict:
     recipe, run = get_recipe(cfg.recipe), cfg.out
     model_path = build_model(f"{run}/models/{cfg.preset}", cfg.preset, cfg.seed)
     t = time.perf_counter()
-    rows = [_row("before SFT", recipe, _evaluate(model_path, recipe, cfg), time.perf_counter() - t)]
+    rows = [_row("teacher", recipe, _evaluate_teacher(recipe, cfg), time.perf_counter() - t)]
+    t = time.perf_counter()
+    rows.append(_row("before SFT", recipe, _evaluate(model_path, recipe, cfg), time.perf_counter() - t))
     t = time.perf_counter()
     dataset, sft_model = teacher_to_sft(cfg, recipe, model_path)
     rows.append(_row("after SFT", recipe, _evaluate(sft_model, recipe, cfg), time.perf_counter() - t))

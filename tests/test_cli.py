@@ -179,7 +179,7 @@ def test_demo_chain_runs_end_to_end_through_prefect(tmp_path):
     res = _ludic("demo", "--out", str(tmp_path / "run"), "--sft-steps", "3", "--rl-steps", "1",
                  "--teacher-episodes", "32", "--eval-episodes", "4", home=tmp_path)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    for stage in ("before SFT", "after SFT", "after RL"):
+    for stage in ("teacher", "before SFT", "after SFT", "after RL"):
         assert stage in res.stdout
     for column in ("X legal", "X win+draw", "O legal", "O win+draw"):  # the tic-tac-toe recipe's table
         assert column in res.stdout, res.stdout[-3000:]

@@ -191,7 +191,7 @@ def test_a_finished_demo_runs_artifacts_render(ui, tmp_path):
     browser.get(f"{ui['ui']}/artifacts/artifact/{artifacts['demo-results']['id']}")
     rows = _wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "table tbody tr"), "the results table")
     stages = [r.find_elements(By.TAG_NAME, "td")[0].text for r in rows]
-    assert stages == ["before SFT", "after SFT", "after RL"], stages
+    assert stages == ["teacher", "before SFT", "after SFT", "after RL"], stages
     headers = [h.text for h in browser.find_elements(By.CSS_SELECTOR, "table thead th")]
     assert {"X win+draw", "O win+draw", "seconds"} <= set(headers), headers
     browser.save_screenshot(str(ui["shots"] / "ui-results-table.png"))
