@@ -35,7 +35,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _tic_tac_toe_policy import DEFAULT_SFT_STEPS, policy_dir  # noqa: E402
-from grpo_step import GROUP, MAX_TOKENS, PROMPTS, ludic_trainer, make_reward, one_move_task, trl_train  # noqa: E402
+from grpo_step import GROUP, PROMPTS, ludic_trainer, make_reward, one_move_task, trl_train  # noqa: E402
 
 EVAL_SEEDS = range(50_000, 50_064)
 GOAL = 0.33

@@ -47,47 +47,14 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import crossing  # noqa: E402
+import rooms  # noqa: E402
 import seccomp  # noqa: E402
 
 # warm: a forked child finds these imported (HumanEval prompts import typing, math, ...)
 import bisect, collections, functools, hashlib, heapq, itertools, math, re, string, typing  # noqa: E401,E402,F401
 
-_CLONE_NEWNS, _CLONE_NEWIPC = 0x00020000, 0x08000000
-_MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 2, 4, 16384, 1 << 18
 _VERDICT_BYTES = 1 << 20
 _libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _check(rc, what):
-    if rc != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
-
-
-def _private_namespaces(tmp_mb):
-    """A mount and IPC namespace of the run's own, with a fresh /tmp of `tmp_mb`."""
-    _check(_libc.unshare(_CLONE_NEWNS | _CLONE_NEWIPC), "unshare")
-    _check(_libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None), "mount --make-rprivate /")
-    opts = f"size={int(tmp_mb)}m,mode=1777".encode()
-    _check(_libc.mount(b"tmpfs", b"/tmp", b"tmpfs", _MS_NOSUID | _MS_NODEV, opts), "mount /tmp")
-
-
-def _join_cgroup(path, memory_mb):
-    """Limit `path` to `memory_mb` (swap included) and move this process into it (v2, else v1 files)."""
-    limit = str(int(memory_mb) * 1024 * 1024)
-    if os.path.exists(os.path.join(path, "memory.max")):
-        writes, required = [("memory.swap.max", "0"), ("memory.max", limit)], 1
-    else:  # v1: memory+swap may never be below memory, so write memory, then memory+swap, then memory again
-        writes, required = [("memory.limit_in_bytes", limit), ("memory.memsw.limit_in_bytes", limit)] * 2, 2
-    for i, (name, value) in enumerate(writes):
-        try:
-            with open(os.path.join(path, name), "w") as f:
-                f.write(value)
-        except OSError:  # swap accounting may be off; only the final memory limit must hold
-            if i == required:
-                raise
-    with open(os.path.join(path, "cgroup.procs"), "w") as f:
-        f.write("0")
 
 
 def _set_dumpable(on):
@@ -159,20 +126,6 @@ def _flush_exit(status):
     os._exit(status)
 
 
-def _kill_uid(uid):
-    """Every process of `uid`: a helper becomes that uid and signals them all (itself included)."""
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-            os.kill(-1, signal.SIGKILL)
-        finally:
-            os._exit(0)
-    os.waitpid(pid, 0)
-
-
 def _wait(pid, deadline):
     """The wait status of `pid`, or None at the deadline."""
     fd = os.pidfd_open(pid)
@@ -197,9 +150,9 @@ def _lead(files, cfg):
         req = json.loads(_read_all(files["request"]))
         _libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: the candidate's orphans become ours to reap
         if cfg.get("private"):
-            _private_namespaces(req["tmp_mb"])
+            rooms.private_namespaces(req["tmp_mb"])
         if cfg.get("cgroup"):
-            _join_cgroup(cfg["cgroup"], req["memory_mb"])
+            rooms.join_cgroup(cfg["cgroup"], req["memory_mb"])
         uids = cfg.get("uids") or [None, None]
         tmp = cfg.get("tmp", "/tmp")
         judged = bool(req.get("judged"))
@@ -224,67 +177,20 @@ def _lead(files, cfg):
                 os.close(w)
         main = judge if judged else cand
         main_status = _wait(main, deadline)
-        _kill_uid(uids[0]) if uids[0] is not None else _killpg(cand)  # the candidate and all it started
+        rooms.kill_uid(uids[0]) if uids[0] is not None else rooms.killpg(cand)  # the candidate and all it started
         if judge is not None:
-            _killpg(judge)  # the judge (our code) starts nothing
+            rooms.killpg(judge)  # the judge (our code) starts nothing
         if main_status is None:
             os.waitpid(main, 0)
         out = {"timed_out": main_status is None, "error": None,
-               "cand": _code(main_status) if main == cand else _code(_reap(cand)),
+               "cand": _code(main_status) if main == cand else _code(rooms.reap(cand)),
                "judge": _code(main_status) if judged else None}
         if uids[0] is not None:
-            _end_uid(uids[0])
+            rooms.end_uid(uids[0])
     except BaseException as exc:  # noqa: BLE001 - the jail's own failure, said as such
         out = {"timed_out": False, "error": f"{type(exc).__name__}: {exc}"}
     os.write(report_fd, json.dumps(out).encode())
     os._exit(0)
-
-
-def _end_uid(uid, tries=1000):
-    """No process of `uid` left, not even a zombie, before the run reports: SIGKILL is
-    asynchronous, and an orphan the kill left a zombie would be seen by the slot's next run."""
-    for _ in range(tries):
-        _reap_children()
-        if not _processes_of(uid):
-            return
-        _kill_uid(uid)  # again: a process forked while the last kill went round
-        time.sleep(0.001)
-    raise RuntimeError(f"processes of uid {uid} outlived the run")
-
-
-def _reap_children():
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-
-
-def _processes_of(uid):
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                if os.stat(f"/proc/{name}").st_uid == uid:
-                    found.append(int(name))
-            except OSError:  # it ended meanwhile
-                pass
-    return found
-
-
-def _killpg(pid):
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _reap(pid):
-    """The status of a process already killed (None: it was killed by the end of the run, not by itself)."""
-    status = os.waitpid(pid, 0)[1]
-    return None if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL else status
 
 
 def _memfd(name, data=b""):
@@ -346,7 +252,7 @@ def _spawn(sock, cfg):
         os.closerange(3, keep)
         os.closerange(keep + 1, 65536)
         while True:
-            _reap_children()
+            rooms.reap_children()
             _, fds, _, _ = socket.recv_fds(sock, 16, len(_FDS))
             if len(fds) != len(_FDS):  # the jail closed its end (or sent garbage): we are done
                 break
@@ -378,9 +284,12 @@ def handle(req, cfg, spawner):
     r, files["report"] = os.pipe()
     pidfd = None
     try:
-        socket.send_fds(spawner, [b"R"], [files[name] for name in _FDS])
-        os.close(files.pop("report"))
-        _, got, _, _ = socket.recv_fds(spawner, 16, 1)
+        try:
+            socket.send_fds(spawner, [b"R"], [files[name] for name in _FDS])
+            os.close(files.pop("report"))
+            _, got, _, _ = socket.recv_fds(spawner, 16, 1)
+        except OSError as exc:
+            raise SpawnerGone(f"the jail's spawner is gone ({exc})") from None
         if not got:
             raise SpawnerGone("the jail's spawner died")
         pidfd = got[0]

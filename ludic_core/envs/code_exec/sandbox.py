@@ -53,7 +53,7 @@ __all__ = ["Limits", "ExecResult", "Judge", "Sandbox", "SandboxError", "BwrapSan
 
 log = logging.getLogger(__name__)
 
-JAIL_FILES = ("jail.py", "seccomp.py", "crossing.py")
+JAIL_FILES = ("jail.py", "seccomp.py", "crossing.py", "rooms.py")
 _HERE = Path(__file__).parent
 _GRACE_S = 5.0
 
