@@ -229,8 +229,7 @@ class VLLMChatClient:
         where = self.tokenizer
         if where is None:
             entries = (await self._request("GET", f"{self.base_url}/models") or {}).get("data", [])
-            base = [m for m in entries if m.get("id") == self.base_model] or [m for m in entries if not m.get("parent")]
-            where = base[0].get("root") if base else None
+            where = _base_root(entries, self.base_model)
         try:
             from transformers import AutoTokenizer
 
@@ -317,6 +316,19 @@ class VLLMChatClient:
         if self._http is not None:
             await self._http.aclose()
             self._http = None
+
+
+def _base_root(entries: list[dict[str, Any]], name: str | None) -> str | None:
+    """The directory of the base model behind `name` in /v1/models' entries: an adapter's own
+    root holds no tokenizer, so follow its `parent` to the base; else the first base served."""
+    by_id = {m.get("id"): m for m in entries if isinstance(m, dict)}
+    entry, seen = by_id.get(name), set()
+    while entry is not None and entry.get("parent") in by_id and entry.get("id") not in seen:
+        seen.add(entry.get("id"))
+        entry = by_id[entry["parent"]]
+    if entry is None:
+        entry = next((m for m in by_id.values() if not m.get("parent")), None)
+    return entry.get("root") if entry else None
 
 
 def _model_ids(data: Any) -> list[str]:

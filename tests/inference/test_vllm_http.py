@@ -224,3 +224,17 @@ def test_sync_weights_pushes_through_the_publisher_its_owner_gave_it():
 
     client.publisher = Recorder()
     assert client.sync_weights({"w": 1}, version=3) == 3 and pushed == [({"w": 1}, 3)]
+
+
+def test_the_tokenizer_comes_from_the_base_behind_an_adapter():
+    """An adapter's /v1/models root is its adapter directory (no tokenizer): follow `parent` to the base."""
+    from ludic_core.inference.vllm_client import _base_root
+
+    entries = [{"id": "policy", "root": "/models/base", "parent": None},
+               {"id": "policy-v3", "root": "/adapters/policy-v3", "parent": "policy"}]
+    assert _base_root(entries, "policy-v3") == "/models/base"
+    assert _base_root(entries, "policy") == "/models/base"
+    assert _base_root(entries, "gone") == "/models/base"  # not served: the first base
+    assert _base_root([], "policy") is None
+    loop = [{"id": "a", "root": "/a", "parent": "b"}, {"id": "b", "root": "/b", "parent": "a"}]
+    assert _base_root(loop, "a") in ("/a", "/b")  # a malformed parent cycle ends, it does not hang
