@@ -120,9 +120,8 @@ class Trainer:
         self.reuse = algorithm.reuse
         if config.max_lag is not None and config.max_lag < self.reuse.updates - 1:
             raise ValueError(f"trainer.max_lag={config.max_lag} counts policy versions, and each batch makes "
-                             f"{self.reuse.updates} (reuse: {self.reuse.mini_batches} mini-batches x "
-                             f"{self.reuse.epochs} epochs): items one batch behind would all be dropped as stale; "
-                             f"set max_lag >= {self.reuse.updates - 1}")
+                             f"{self.reuse.updates} (reuse: mini-batches x epochs): items one batch behind would "
+                             f"all be dropped as stale; set max_lag >= {self.reuse.updates - 1}")
         self.step = 0  # train steps: one generated batch each
         self.updates = 0  # optimiser updates: `reuse.updates` per step; each is one policy version
         self._shared_positions = 0  # this step's prompt positions run once for several rows
@@ -229,15 +228,12 @@ class Trainer:
             raise
 
     def _train_on(self, batch: SAWBatch, t0: float) -> dict[str, float]:
-        """One train step: the batch's optimiser updates (`reuse`), then the LR schedule, publishing,
-        evaluation and checkpoints."""
+        """One train step: the batch's optimiser updates (`reuse`), the LR schedule, publishing, ..."""
         items, stale = self._filter(batch)
         plan = plan_updates(items, [i.meta.get("group_id") for i in items], mini_batches=self.reuse.mini_batches,
                             epochs=self.reuse.epochs, seed=self.cfg.seed * 1_000_003 + self.step) or [[]]
-        self._shared_positions = 0
-        mbs: list[MicroBatch] = []
+        self._shared_positions, mbs, per_update = 0, [], []
         skipped = {"skipped_items": 0.0, "skipped_tokens": 0.0}
-        per_update = []
         for part in plan:
             part_mbs, totals, metrics = self._update(part)
             mbs += part_mbs
