@@ -23,8 +23,10 @@ docs/results.md):
 - 800 SFT steps, not 400 (the cosine schedule stretched to match): 400 steps
   left the model undertrained and at the mercy of the data order.
 
-RL starts from that near-perfect SFT model, so its stage can mostly do harm;
-a low learning rate (`rl_lr` 3e-5) keeps it level with SFT. RL trains on the
+RL starts from the SFT student (seed 0: X 0.95, O 0.85, its teacher's blind
+spot included). Its settings (`rl_lr` 3e-5, 30 steps) still keep it level with
+SFT: the settings tried so far to take it past the teacher are on
+docs/experiments/2026-11-29-student-past-teacher.md. RL trains on the
 env's minimax-regret move shaping (0.5; RL's env only: the teacher's moves
 have no regret, and the evaluation scores outcomes), which helps from starts
 with room to gain (docs/experiments/2026-11-27-rl-from-the-demo-start.md).
