@@ -68,9 +68,12 @@ async def null_passes(pool: SandboxPool, problem: CodeProblem, limits: Limits | 
     """The tests the null solution passes (run once per problem and process): what
     `reward: fraction` does not pay for."""
     key = (problem.task_id, hash((problem.prompt, problem.test, problem.entry_point)))
-    if key not in _NULL_PASSES:
-        _NULL_PASSES[key] = (await run_tests(pool, problem, null_completion(problem), limits)).passed_ids
-    return _NULL_PASSES[key]
+    if key in _NULL_PASSES:
+        return _NULL_PASSES[key]
+    report = await run_tests(pool, problem, null_completion(problem), limits)
+    if not (report.result.status == "error" and report.result.returncode is None):
+        _NULL_PASSES[key] = report.passed_ids  # not a run the sandbox itself failed (then: ask again next time)
+    return report.passed_ids
 
 
 class CodeExecEnv(SingleAgentEnv):
