@@ -6,8 +6,9 @@ the move's minimax regret), from the same warm-start checkpoint (`_tic_tac_toe_p
 with the same prompts in the same order (8 boards x 8 completions a generated batch, T=0.7),
 the same reward function and the same evaluation: the expected reward at T=1 on held-out
 boards (64 seeds from 50,000: X's empty board and O's boards after a random opening),
-computed exactly from the model being trained (`expected_score`); its time is off both clocks. The ceiling is 0 (an optimal legal move on every
-board); the target is `--fraction` (0.9) of the way from the warm start's score to it.
+computed exactly from the model being trained (`expected_score`); its time is off both clocks.
+The ceiling is 0 (an optimal legal move on every board); the target is `--fraction` (0.9)
+of the way from the warm start's score to it.
 
 Each side trains until its evaluation (every `--eval-every` optimiser steps) reaches the
 target, or `--max-steps`. Printed per contestant: training seconds to the target (the sum of
@@ -146,7 +147,8 @@ def main() -> int:
     target = start + args.fraction * (0.0 - start)
     print(f"== time to target, one-move tic-tac-toe ({PROMPTS} boards x {GROUP} completions a batch, T=0.7), "
           f"tiny-1m warm start {model_dir}")
-    print(f"expected reward (T=1) on {len(boards)} held-out boards: start {start:+.3f}, ceiling 0, target {target:+.3f} "
+    print(f"expected reward (T=1) on {len(boards)} held-out boards: start {start:+.3f}, ceiling 0, "
+          f"target {target:+.3f} "
           f"({args.fraction:.0%} of the way); evaluated every {args.eval_every} steps, off the clock")
     rows = [{"prompt": [{"role": "user", "content": obs[s]}], "seed": s} for step in seeds for s in step]
     results = []

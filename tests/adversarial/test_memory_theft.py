@@ -233,7 +233,8 @@ def _pair(test):
                 return _args(left), right
             if _args(right) is not None:
                 return _args(right), left
-        if (isinstance(test.ops[0], (ast.Lt, ast.LtE)) and isinstance(left, ast.Call) and getattr(left.func, "id", "") == "abs"
+        if (isinstance(test.ops[0], (ast.Lt, ast.LtE)) and isinstance(left, ast.Call)
+                and getattr(left.func, "id", "") == "abs"
                 and left.args and isinstance(left.args[0], ast.BinOp) and _args(left.args[0].left) is not None):
             return _args(left.args[0].left), left.args[0].right
     return None

@@ -137,7 +137,8 @@ class CodeExecEnv(SingleAgentEnv):
                 "success": report.passed}
         last = report.passed or self.attempt >= self.max_attempts
         if not last:  # the episode's reward is its last attempt's score: failing partially twice earns nothing
-            return StepOutcome(obs=report.feedback(verbose=self.verbose_feedback) + " Try again.", reward=0.0, info={**info, "score": score})
+            feedback = report.feedback(verbose=self.verbose_feedback)
+            return StepOutcome(obs=feedback + " Try again.", reward=0.0, info={**info, "score": score})
         return StepOutcome(obs=None, reward=score, terminated=True, info={**info, "score": score})
 
 
