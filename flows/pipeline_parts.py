@@ -20,7 +20,7 @@ from flows.pipeline_rl import (KEY_ENV, ActorLaunch, StageChain, actor_pool, kee
 from ludic_core.bounds import MAX_BATCH, MAX_PROCESSES, MAX_SEQ_LEN, MAX_STEPS, bounded
 from ludic_core.compose.configs import AgentConfig, EnvConfig, SeedSchedule
 from ludic_core.config import (PIPELINE_TRAINER, AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig,
-                               VLLMEndpoint, group_size_of)
+                               VLLMEndpoint, check_max_lag, group_size_of, reuse_of)
 from ludic_core.queue.actor import ActorSpec
 from ludic_core.training.checkpoint import verified_checkpoint
 from ludic_core.training.stage_spec import StageSpec, StreamData
@@ -61,6 +61,11 @@ class PipelineTrainerConfig(LaunchConfig):
     endpoint_block: str | None = Field(None, description=_ENDPOINT)
     policy_dir: str = Field("runs/pipeline_trainer/policy", description="where to publish weights without a "
                                                                         "server (a directory the actors can read)")
+
+    @model_validator(mode="after")
+    def _lag_fits_reuse(self) -> PipelineTrainerConfig:
+        check_max_lag(reuse_of(self.algorithm), self.trainer.max_lag)  # what the stage would refuse, refused now
+        return self
 
     def preflight(self) -> None:
         require_model_dir("model_path", self.model_path)

@@ -34,7 +34,7 @@ from ludic_core.compose.configs import AgentConfig, EnvConfig, SeedSchedule
 from ludic_core.compose.policy import ModelPolicy
 from ludic_core.compose.serving import server_for_run
 from ludic_core.config import (PIPELINE_TRAINER, AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig,
-                               group_size_of)
+                               check_max_lag, group_size_of, reuse_of)
 from ludic_core.frozen import FrozenModel
 from ludic_core.queue.actor import ActorSpec
 from ludic_core.training.checkpoint import verified_checkpoint
@@ -90,8 +90,9 @@ class PipelineRLConfig(LaunchConfig):
     max_backlog: int | None = bounded(
         None, ge=0, le=MAX_QUEUE_ITEMS,
         description="actors wait while more than this many items are not yet read; None = items_per_step x "
-                    "(trainer.max_lag - 1): a round generated on top of more would reach the trainer stale "
-                    "(2048 without max_lag)")
+                    "(trainer.max_lag // versions a step - 1), a step making the algorithm's reuse mini_batches x "
+                    "epochs versions: a round generated on top of more would reach the trainer stale (2048 without "
+                    "max_lag)")
     trainer: TrainerConfig = Field(
         PIPELINE_TRAINER,
         description="optimisation settings (max_lag 1: older items are dropped at the queue); a partial mapping "
@@ -110,6 +111,7 @@ class PipelineRLConfig(LaunchConfig):
     @model_validator(mode="after")
     def _group_size_stated(self) -> PipelineRLConfig:
         group_size_of(self.algorithm)
+        check_max_lag(reuse_of(self.algorithm), self.trainer.max_lag)  # what the stage would refuse, refused now
         if self.inference == "vllm":  # a LoRA run's adapters need a server with LoRA serving at its rank
             server_for_run(self.vllm.server, self.trainer.lora, self.vllm.lora)
         return self
@@ -123,11 +125,14 @@ class PipelineRLConfig(LaunchConfig):
 
     @property
     def backlog(self) -> int:
-        """Items produced beyond this would be dropped as stale before the trainer reaches them."""
+        """Items produced beyond this would be dropped as stale before the trainer reaches them: it
+        reads `items_per_step` a step, and each step is `reuse.updates` policy versions."""
         if self.max_backlog is not None:
             return self.max_backlog
         lag = self.trainer.max_lag
-        return 2048 if lag is None else min(self.items_per_step * max(lag - 1, 0), MAX_QUEUE_ITEMS)
+        if lag is None:
+            return 2048
+        return min(self.items_per_step * max(lag // reuse_of(self.algorithm).updates - 1, 0), MAX_QUEUE_ITEMS)
 
 
 @contextmanager

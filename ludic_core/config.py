@@ -9,7 +9,7 @@ field instead of being silently ignored.
 from __future__ import annotations
 
 from pathlib import PurePath
-from typing import Annotated, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, model_validator
 
@@ -30,6 +30,8 @@ __all__ = [
     "RolloutReuse",
     "AlgorithmConfig",
     "group_size_of",
+    "check_max_lag",
+    "reuse_of",
     "LoRAConfig",
     "TrainerConfig",
     "LocalInferenceConfig",
@@ -179,6 +181,24 @@ AlgorithmConfig = Annotated[
     ],
     Field(discriminator="type"),
 ]
+
+
+def reuse_of(algorithm: Any) -> RolloutReuse:
+    """An algorithm's (config's or built one's) rollout reuse; 1 x 1 for those without it."""
+    reuse = getattr(algorithm, "reuse", None)
+    return reuse if reuse is not None else RolloutReuse()
+
+
+def check_max_lag(reuse: RolloutReuse, max_lag: int | None) -> None:
+    """Refuse a `trainer.max_lag` that reuse breaks by itself: a batch's last update trains
+    `reuse.updates - 1` versions past the policy that sampled it (one version per optimiser
+    update). Items k batches behind are k x `reuse.updates` versions old, which is what pipeline
+    RL's queue needs room for."""
+    if max_lag is not None and max_lag < reuse.updates - 1:
+        raise ValueError(f"trainer.max_lag={max_lag} counts policy versions (one per optimiser update), and reuse "
+                         f"makes {reuse.updates} from each batch (mini-batches x epochs): its last update trains "
+                         f"{reuse.updates - 1} versions past the policy that sampled it; set max_lag >= "
+                         f"{reuse.updates - 1} (>= {reuse.updates} keeps items one batch behind, as pipeline RL needs)")
 
 
 def group_size_of(algorithm: AlgorithmConfig) -> int:

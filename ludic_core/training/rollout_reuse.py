@@ -10,7 +10,10 @@ clipped surrogate starts to act: that is what clipping is for.
 The behaviour log-probs are the sampler's own (`SAWItem.actor_logprobs`), kept fixed for every
 update of the batch: in synchronous training the sampler ran the weights the batch's first update
 starts from, and the one log-prob convention (DESIGN.md: the distribution actually sampled from)
-makes them that policy's log-probs, so no extra forward pass is needed to recompute them.
+makes them that policy's log-probs exactly when sampler and trainer compute the same distribution,
+so no extra forward pass is needed to recompute them. Where they differ, GRPO's
+`sampler_correction` is the remedy, and it is refused with reuse (its ratio is against the
+trainer's current log-probs, the behaviour policy's only on a batch's first update).
 
 A group's items stay in one mini-batch (its prompt then runs once, `shared_prefix`), and groups
 are dealt out in a fresh seeded order each epoch, the same on every rank.

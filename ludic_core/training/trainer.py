@@ -29,7 +29,7 @@ import torch
 
 from ludic_core.batching.collate import MicroBatch, padding_waste
 from ludic_core.batching.saw import SAWBatch, SAWItem, is_stale
-from ludic_core.config import TrainerConfig
+from ludic_core.config import TrainerConfig, check_max_lag
 from ludic_core.device import place_model, resolve_dtype
 from ludic_core.losses import LossInputs, is_inert
 from ludic_core.training import distributed as dist_utils
@@ -118,10 +118,7 @@ class Trainer:
                                     share_prompts=(config.share_prompts and not self.ctx.is_distributed
                                                    and not config.compile and not config.grad_checkpointing))
         self.reuse = algorithm.reuse
-        if config.max_lag is not None and config.max_lag < self.reuse.updates - 1:
-            raise ValueError(f"trainer.max_lag={config.max_lag} counts policy versions, and each batch makes "
-                             f"{self.reuse.updates} (reuse: mini-batches x epochs): items one batch behind would "
-                             f"all be dropped as stale; set max_lag >= {self.reuse.updates - 1}")
+        check_max_lag(self.reuse, config.max_lag)
         self.step = 0  # train steps: one generated batch each
         self.updates = 0  # optimiser updates: `reuse.updates` per step; each is one policy version
         self._shared_positions = 0  # this step's prompt positions run once for several rows
@@ -241,6 +238,7 @@ class Trainer:
             per_update.append(metrics)
         self.scheduler.step()
         self.step += 1
+        skipped = {k: v / self.reuse.epochs for k, v in skipped.items()}  # each epoch passes over every item once
         return self._after_step(batch, items, mbs, stale, skipped, merge_update_metrics(per_update), t0)
 
     def _update(self, items: list[SAWItem]) -> tuple[list[MicroBatch], dict[str, float], dict[str, float]]:
@@ -258,7 +256,7 @@ class Trainer:
                              share=mb.action_tokens / max(totals["scored_tokens"], 1.0))
         if not mbs and totals["skipped_items"]:
             self._zero_grads()
-        metric_sums = step_metrics.result(self.ctx)
+        metric_sums = {"loss": 0.0, **step_metrics.result(self.ctx)}  # scored nothing: exactly 0, as unskipped
         metric_sums["grad_norm"] = self._clip()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -288,8 +286,8 @@ class Trainer:
 
     def _after_step(self, batch, items, mbs, stale, totals, metric_sums, t0) -> dict[str, float]:
         """The step's metrics. The loss's own (ratio, clip statistics) cover the scored tokens: items
-        skipped as inert count in `loss` and the gradient, not in them. Over a batch's updates:
-        `merge_update_metrics`."""
+        skipped as inert count in `loss` and the gradient, not in them, and in `skipped_*` once each
+        (as in `items`, whatever the epochs). Over a batch's updates: `merge_update_metrics`."""
         total_tokens = dist_utils.all_reduce_sum(float(sum(mb.real_tokens for mb in mbs)), self.ctx)
         secs = time.perf_counter() - t0
         metrics = {
