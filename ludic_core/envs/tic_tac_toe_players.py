@@ -6,6 +6,7 @@ a random baseline, and opponents for tests and protocols.
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Callable, Literal
 
@@ -84,18 +85,42 @@ def minimax_teacher(seed: int = 0, tie_break: Literal["random", "preference"] = 
     return scripted_tic_tac_toe_policy("minimax", seed=seed, tie_break=tie_break)
 
 
-def heuristic_teacher(seed: int = 0, fallback: Literal["edges", "random"] = "edges"
-                      ) -> Callable[[list[Message]], str]:
+def heuristic_teacher(seed: int = 0, fallback: Literal["edges", "random"] = "edges",
+                      confidence: float | None = None) -> Callable[..., str]:
     """The demo's teacher (registered policy `tic_tac_toe_heuristic`): wins when it can, blocks
     when it must, and otherwise plays edges first, corners next, the centre last (`fallback:
     random`: a random legal move). Good but imperfect, as a real teacher model is: a rule
     follower with a blind spot (vs a random opponent X 0.95, O 0.885 win+draw over the demo's
     400 evaluation games, against 1.0 and 1.0 for minimax). The student imitates the blind spot
-    by SFT; RL on the game's reward has room to play past it."""
+    by SFT; RL on the game's reward has room to play past it.
+
+    `confidence` makes it sample as a teacher model does: with nothing to win or block, its
+    preferred move has logit `confidence` and every other legal move logit 0, sampled at the
+    request's temperature (greedy, T = 0: always the preferred move, the play its row shows).
+    None: the preferred move at every temperature."""
     if fallback not in ("edges", "random"):
         raise ValueError(f"unknown fallback {fallback!r}; expected 'edges' or 'random'")
-    return scripted_tic_tac_toe_policy("heuristic", seed=seed,
+    if confidence is not None and not confidence >= 0.0:
+        raise ValueError(f"confidence must be a logit >= 0 or None, got {confidence!r}")
+    rule = scripted_tic_tac_toe_policy("heuristic", seed=seed,
                                        tie_break="preference" if fallback == "edges" else "random")
+    rng = random.Random(seed)
+
+    def teacher(messages: list[Message], temperature: float = 0.0) -> str:
+        reply = rule(messages)
+        if confidence is None or temperature <= 0.0:
+            return reply
+        board, mark = parse_observation(_last_user_text(messages))
+        if winning_moves(board, mark) or winning_moves(board, "O" if mark == "X" else "X"):
+            return reply
+        preferred = int(reply[len("<move>"):-len("</move>")])
+        others = [m for m in legal_moves(board) if m != preferred]
+        weight = math.exp(min(confidence / temperature, 50.0))  # exp(50): the others' share is 0
+        if not others or rng.random() * (weight + len(others)) < weight:
+            return reply
+        return f"<move>{rng.choice(others)}</move>"
+
+    return teacher
 
 
 def random_player(seed: int | None = None) -> Callable[[list[Message]], str]:

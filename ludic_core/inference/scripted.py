@@ -17,11 +17,15 @@ from ludic_core.types import ChatResponse, Message
 
 __all__ = ["ScriptedChatClient", "ScriptedPolicy"]
 
-ScriptedPolicy = Callable[[list[Message]], Union[str, Awaitable[str]]]
+ScriptedPolicy = Callable[..., Union[str, Awaitable[str]]]
+"""`policy(messages)` or `policy(messages, *, temperature)`: the reply text."""
 
 
 class ScriptedChatClient:
-    """Answers each request with `policy(messages)`.
+    """Answers each request with `policy(messages)`, or `policy(messages,
+    temperature=T)` when the policy takes a `temperature` keyword: a scripted
+    teacher can then sample the way a teacher model would (rejection sampling at
+    the agent's temperature) and play its mode when evaluated greedily (T = 0).
 
     With a `tokenizer`, prompt ids come from its chat template and completion ids
     are the reply encoded as plain text plus eos (`chat_render`), so the trace is
@@ -33,12 +37,16 @@ class ScriptedChatClient:
         if not callable(policy):
             raise TypeError("policy must be a callable taking the chat messages")
         self.policy = policy
+        self._takes_temperature = _takes_temperature(policy)
         self.tokenizer = tokenizer
         self.policy_version = 0
 
     async def complete(self, request: ChatCompletionRequest) -> tuple[ChatResponse, dict[str, Any]]:
         messages = request.message_list()
-        reply = self.policy(messages)
+        if self._takes_temperature:
+            reply = self.policy(messages, temperature=request.sampling.temperature)
+        else:
+            reply = self.policy(messages)
         if inspect.isawaitable(reply):
             reply = await reply
         if not isinstance(reply, str):
@@ -63,3 +71,10 @@ class ScriptedChatClient:
         """A script has no weights; only the version moves (keeps the seam uniform)."""
         self.policy_version = int(version)
         return self.policy_version
+
+
+def _takes_temperature(policy: Callable[..., Any]) -> bool:
+    try:
+        return "temperature" in inspect.signature(policy).parameters
+    except (TypeError, ValueError):  # a builtin or C callable: no signature to read
+        return False

@@ -105,6 +105,41 @@ def test_the_heuristic_teacher_wins_blocks_and_otherwise_takes_edges():
         heuristic_teacher(fallback="best")
 
 
+def test_a_confident_teacher_samples_like_a_model_and_plays_its_mode_greedily():
+    import asyncio
+    import math
+    from collections import Counter
+
+    from ludic_core.envs.tic_tac_toe_players import heuristic_teacher
+    from ludic_core.inference import ScriptedChatClient
+    from ludic_core.inference.sampling import ChatCompletionRequest, SamplingConfig
+
+    teacher = heuristic_teacher(seed=3, confidence=2.0)
+    opening = _ask("X........", "O")  # 8 legal cells, nothing urgent; its preferred move is 2
+    assert {teacher(opening) for _ in range(20)} == {teacher(opening, temperature=0.0)} == {"<move>2</move>"}
+    counts = Counter(teacher(opening, temperature=1.0) for _ in range(8000))
+    # logit 2 for the preferred cell, 0 for the 7 others: p = e^2 / (e^2 + 7) = 0.5135, the rest 0.0695 each
+    assert abs(counts["<move>2</move>"] / 8000 - math.exp(2) / (math.exp(2) + 7)) < 0.02
+    assert set(counts) == {f"<move>{c}</move>" for c in range(2, 10)}
+    assert all(abs(counts[f"<move>{c}</move>"] / 8000 - 1 / (math.exp(2) + 7)) < 0.015 for c in range(3, 10))
+    # hotter is flatter: at T=2 the preferred cell's logit counts half (e / (e + 7) = 0.28)
+    hot = Counter(teacher(opening, temperature=2.0) for _ in range(8000))
+    assert abs(hot["<move>2</move>"] / 8000 - math.e / (math.e + 7)) < 0.02
+    # a win or a block is never sampled away
+    assert {teacher(_ask("XX..O....", "O"), temperature=5.0) for _ in range(200)} == {"<move>3</move>"}
+    # the scripted client hands the request's temperature to a policy that takes one
+    client = ScriptedChatClient(teacher)
+
+    def reply(temperature: float) -> str:
+        request = ChatCompletionRequest(messages=opening, sampling=SamplingConfig(temperature=temperature))
+        return asyncio.run(client.complete(request))[0].text
+
+    assert {reply(0.0) for _ in range(30)} == {"<move>2</move>"}
+    assert len({reply(1.0) for _ in range(60)}) > 3
+    with pytest.raises(ValueError, match="confidence"):
+        heuristic_teacher(confidence=-1.0)
+
+
 def test_sysprompt_has_no_digit_to_copy():
     # an example cell in the instructions becomes the cell a tiny model always plays
     assert not any(ch.isdigit() for ch in TicTacToeEnv().suggested_sysprompt)
