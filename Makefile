@@ -9,7 +9,7 @@ STAMP := $(VENV)/.ludic-installed
 VLLM_VENV ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.ludic-vllm.json
 
-.PHONY: demo test test-heavy install vllm docs lint-imports
+.PHONY: demo test test-heavy preflight preflight-heavy install vllm docs lint-imports
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -35,12 +35,22 @@ vllm: $(VLLM_STAMP)
 # --durations: the slowest tests in every CI log, to keep the default suite under 10 minutes.
 TEST_WORKERS ?= 2
 PYTEST := OMP_NUM_THREADS=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
-test: $(STAMP) $(VLLM_STAMP)
+test: preflight $(STAMP) $(VLLM_STAMP)
 	$(PYTEST) --durations=15
 
 # the long checks `make test` leaves out (marker `heavy`); .ci/run runs both
-test-heavy: $(STAMP) $(VLLM_STAMP)
+test-heavy: preflight-heavy $(STAMP) $(VLLM_STAMP)
 	$(PYTEST) -m heavy --durations=10
+
+# the system tools the tests need (redis-server, bwrap, ...; for test-heavy also chromium and PostgreSQL),
+# checked first, before the installs: missing ones are installed with apt-get as root, else named with the
+# one command that installs them, and make stops before pytest (tests/preflight.py; system python3,
+# standard library only; LUDIC_PREFLIGHT_INSTALL=0 never installs)
+preflight:
+	@python3 tests/preflight.py
+
+preflight-heavy:
+	@python3 tests/preflight.py --heavy
 
 # the docs site (mkdocs.yml, docs/): --strict, so a broken link, anchor or API reference fails;
 # the site goes to build/site
