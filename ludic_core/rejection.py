@@ -17,10 +17,11 @@ from typing import Any, Sequence
 
 from pydantic import Field
 
-from ludic_core.batching.chat import chat_items
+from ludic_core.batching.chat import chat_items, chats_to_items, dataset_chats
 from ludic_core.batching.saw import SAWItem
 from ludic_core.frozen import FrozenModel
 from ludic_core.models.fingerprint import tokenizer_fingerprint
+from ludic_core.saved_dataset import load_saved_dataset
 from ludic_core.types import Rollout
 
 __all__ = ["KeepRule", "keep_episodes", "rollouts_to_dataset", "save_dataset", "load_saw_items", "load_sft_items"]
@@ -125,16 +126,18 @@ def _token_item(p: list[int], c: list[int], weight: float, meta: dict) -> SAWIte
                    weight=weight, meta=meta)
 
 
+_KEPT_NOTHING = "if rejection sampling wrote it, it kept nothing"
+
+
 def load_saw_items(path: str | Path, *, weight: float = 1.0) -> list[SAWItem]:
     """SFT items from the stored token ids (train on completions)."""
-    from datasets import load_from_disk
+    return _items_from_ids(load_saved_dataset(path, if_empty=_KEPT_NOTHING), path, weight)
 
-    ds = load_from_disk(str(path))
+
+def _items_from_ids(ds: Any, path: str | Path, weight: float) -> list[SAWItem]:
     missing = [c for c in ("prompt_token_ids", "completion_token_ids") if c not in ds.column_names]
     if missing:
         raise ValueError(f"dataset at {path} lacks columns {missing} (has {ds.column_names})")
-    if len(ds) == 0:
-        raise ValueError(f"dataset at {path} is empty: rejection sampling kept nothing")
     items = []
     for i, row in enumerate(ds):
         p, c = list(row["prompt_token_ids"]), list(row["completion_token_ids"])
@@ -159,14 +162,17 @@ def load_sft_items(path: str | Path, tokenizer: Any, *, use: str = "auto") -> tu
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"no dataset at {p}")
+    if not p.is_dir():
+        if use == "tokens":
+            return load_saw_items(p), use  # raises: token ids live only in a saved dataset
+        return chat_items(p, tokenizer), "messages"
+    ds = load_saved_dataset(p, if_empty=_KEPT_NOTHING)  # read once, whichever items it becomes
     if use == "auto":
         use = "messages"
-        if p.is_dir():
-            from datasets import load_from_disk
-
-            ds = load_from_disk(str(p))
-            if "tokenizer" in ds.column_names and len(ds) and set(ds["tokenizer"]) == {tokenizer_fingerprint(tokenizer)}:
-                use = "tokens"
-            elif "messages" not in ds.column_names and "prompt_token_ids" in ds.column_names:
-                use = "tokens"  # an id-only dataset (older format): its ids are all there is
-    return (load_saw_items(p) if use == "tokens" else chat_items(p, tokenizer)), use
+        if "tokenizer" in ds.column_names and set(ds["tokenizer"]) == {tokenizer_fingerprint(tokenizer)}:
+            use = "tokens"
+        elif "messages" not in ds.column_names and "prompt_token_ids" in ds.column_names:
+            use = "tokens"  # an id-only dataset (older format): its ids are all there is
+    if use == "tokens":
+        return _items_from_ids(ds, p, 1.0), use
+    return chats_to_items(dataset_chats(ds, p), tokenizer, where=p), use

@@ -26,8 +26,10 @@ from typing import Any, Mapping, Sequence
 from ludic_core.batching.saw import SAWItem
 from ludic_core.inference.chat_render import render_chat
 from ludic_core.jsonl import iter_jsonl
+from ludic_core.saved_dataset import load_saved_dataset
 
-__all__ = ["ROLES", "validate_messages", "chat_to_item", "read_chat_examples", "chat_items"]
+__all__ = ["ROLES", "validate_messages", "chat_to_item", "read_chat_examples", "dataset_chats", "chat_items",
+           "chats_to_items"]
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
@@ -127,27 +129,19 @@ def _read_jsonl(path: Path) -> list[list[dict]]:
     return [_messages_of(row, f"{path}:{lineno}") for lineno, row in iter_jsonl(path, objects=False)]
 
 
-def _read_saved_dataset(path: Path) -> list[list[dict]]:
-    """Arrow gives every message every key any message has (None where absent), and so for
+def dataset_chats(ds: Any, where: str | Path) -> list[list[dict]]:
+    """Chats from a loaded `datasets.Dataset` with a "messages" column (`where` names it in errors).
+
+    Arrow gives every message every key any message has (None where absent), and so for
     nested tool arguments; nulls are dropped so rows read back as they were written."""
-    try:
-        import datasets
-    except ImportError as e:
-        raise ImportError(f"reading {path} (a directory) needs the `datasets` package") from e
-    try:
-        ds = datasets.load_from_disk(str(path))
-    except FileNotFoundError as e:
-        raise ValueError(f"{path} is a directory but not a datasets.save_to_disk dataset ({e})") from e
-    if isinstance(ds, datasets.DatasetDict):
-        raise ValueError(f"{path} holds splits {list(ds)}; pass one split's directory, e.g. {path / next(iter(ds))}")
     if "messages" not in ds.column_names:
-        raise ValueError(f"{path}: dataset has no 'messages' column (columns: {ds.column_names})")
+        raise ValueError(f"{where}: dataset has no 'messages' column (columns: {ds.column_names})")
     examples = []
     for i, row in enumerate(ds.select_columns(["messages"])):
         msgs = row["messages"]
         if isinstance(msgs, list):
             msgs = [{**_drop_nulls(m), "content": m.get("content")} if isinstance(m, Mapping) else m for m in msgs]
-        examples.append(_messages_of({"messages": msgs}, f"{path} row {i}"))
+        examples.append(_messages_of({"messages": msgs}, f"{where} row {i}"))
     return examples
 
 
@@ -156,18 +150,25 @@ def read_chat_examples(path: str | Path) -> list[list[dict]]:
     directory with a "messages" column; a file is read as JSONL, a directory as a dataset."""
     path = Path(path)
     if path.is_dir():
-        return _read_saved_dataset(path)
+        return dataset_chats(load_saved_dataset(path), path)
     if path.is_file():
         return _read_jsonl(path)
     raise FileNotFoundError(f"no chat data at {path}: expected a JSONL file or a datasets.save_to_disk directory")
 
 
 def chat_items(path: str | Path, tokenizer: Any) -> list[SAWItem]:
-    """`read_chat_examples` + `chat_to_item`; meta["row"] is the 0-based example index."""
+    """`read_chat_examples` + `chats_to_items`."""
+    return chats_to_items(read_chat_examples(path), tokenizer, where=path)
+
+
+def chats_to_items(
+    chats: Sequence[Sequence[Mapping[str, Any]]], tokenizer: Any, *, where: str | Path
+) -> list[SAWItem]:
+    """`chat_to_item` for each chat; meta["row"] is the 0-based chat index, errors name `where` and the row."""
     items = []
-    for i, messages in enumerate(read_chat_examples(path)):
+    for i, messages in enumerate(chats):
         try:
             items.append(chat_to_item(messages, tokenizer, meta={"row": i}))
         except ValueError as e:
-            raise ValueError(f"{path} row {i}: {e}") from e
+            raise ValueError(f"{where} row {i}: {e}") from e
     return items

@@ -8,8 +8,8 @@ consecutive env seeds walk the rows (and wrap around).
 Because an env is built per episode, the rows are loaded once per
 (resolved path, modification time) and shared: editing the file (or
 re-saving the directory) is picked up by the next env, and an unchanged file
-is never parsed twice. `datasets` is imported only for a `save_to_disk`
-directory, so JSONL-only workers stay light.
+is never parsed twice. A `save_to_disk` directory is read by
+`ludic_core.saved_dataset`, which imports `datasets` only then.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from ludic_core.envs.dataset_qa import (
     numeric_verifier,
 )
 from ludic_core.jsonl import iter_jsonl
+from ludic_core.saved_dataset import load_saved_dataset
 
 __all__ = ["dataset_qa_env", "load_rows"]
 
@@ -73,19 +74,6 @@ def _read_jsonl(path: Path) -> _JsonlRows:
     return out
 
 
-def _read_saved_dataset(path: Path) -> Any:
-    import datasets  # lazy: only a save_to_disk directory needs it
-
-    data = datasets.load_from_disk(str(path))
-    if isinstance(data, datasets.DatasetDict):
-        splits = sorted(data) or ["<split>"]
-        raise ValueError(
-            f"{path} holds a DatasetDict with splits {sorted(data)}; point path at one "
-            f"split's folder, e.g. {path / splits[0]}"
-        )
-    return data
-
-
 def load_rows(path: str | os.PathLike[str]) -> Any:
     """The rows at `path` (a JSONL file or a `save_to_disk` directory), loaded
     once per (resolved path, mtime) and then shared; treat them as read-only."""
@@ -100,9 +88,12 @@ def load_rows(path: str | os.PathLike[str]) -> Any:
     cached = _CACHE.get(resolved)
     if cached is not None and cached[0] == mtime:
         return cached[1]
-    rows = _read_saved_dataset(resolved) if resolved.is_dir() else _read_jsonl(resolved)
-    if len(rows) == 0:
-        raise ValueError(f"{path}: the dataset has no rows")
+    if resolved.is_dir():
+        rows = load_saved_dataset(resolved)
+    else:
+        rows = _read_jsonl(resolved)
+        if not rows:
+            raise ValueError(f"{path}: the dataset has no rows")
     _CACHE[resolved] = (mtime, rows)
     return rows
 
