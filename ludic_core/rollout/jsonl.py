@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Iterable
 
+from ludic_core.jsonl import iter_jsonl
 from ludic_core.types import Rollout
 
 __all__ = ["append_rollouts", "read_rollouts"]
@@ -25,14 +26,12 @@ def append_rollouts(path: str | Path, rollouts: Iterable[Rollout]) -> int:
 
 
 def read_rollouts(path: str | Path) -> list[Rollout]:
-    """Load every rollout; a malformed line is an error naming the file and line."""
+    """Load every rollout; a line that is not JSON, not an object or not a rollout is an
+    error naming the file and line (`iter_jsonl`'s, or one saying what the rollout lacks)."""
     out = []
-    with Path(path).open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                out.append(Rollout.from_dict(json.loads(line)))
-            except (ValueError, KeyError, TypeError) as exc:
-                raise ValueError(f"{path}:{lineno}: not a valid rollout: {exc}") from exc
+    for lineno, row in iter_jsonl(path):
+        try:
+            out.append(Rollout.from_dict(row))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"{path}:{lineno}: not a valid rollout: {exc!r}") from exc
     return out
