@@ -37,6 +37,7 @@ from ludic_core.losses.base import (
     reduce_tokens,
     sequence_advantages,
 )
+from ludic_core.losses.clip import check_clip_range, clipped_objective
 
 __all__ = ["ClippedSurrogateLoss", "SamplerCorrection", "sampler_weights"]
 
@@ -79,10 +80,7 @@ class ClippedSurrogateLoss:
     inert_at_zero_advantage: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.clip_low < 1.0:
-            raise ValueError(f"clip_low must be in [0, 1), got {self.clip_low}")
-        if self.clip_high < 0.0:
-            raise ValueError(f"clip_high must be >= 0, got {self.clip_high}")
+        check_clip_range(self.clip_low, self.clip_high)
         if self.sampler_correction not in ("none", "token_tis", "token_mis", "seq_tis", "seq_mis"):
             raise ValueError(f"sampler_correction must be none, token_tis, token_mis, seq_tis or seq_mis, "
                              f"got {self.sampler_correction!r}")
@@ -103,14 +101,11 @@ class ClippedSurrogateLoss:
             w, capped = sampler_weights(inputs, self.sampler_correction, self.sampler_cap)
             metrics.update({"is_weight_mean": masked_mean(w, mask), "is_capped_frac": masked_mean(capped, mask)})
         ratio = torch.exp(log_ratio)
-        adv = sequence_advantages(inputs)
-        unclipped = ratio * adv
-        clipped = torch.clamp(ratio, 1.0 - self.clip_low, 1.0 + self.clip_high) * adv
-        values = -torch.minimum(unclipped, clipped)
+        values, clipped = clipped_objective(ratio, sequence_advantages(inputs), self.clip_low, self.clip_high)
         if w is not None:
             values = w * values
         metrics.update({
-            "clip_frac": masked_mean((clipped < unclipped).float(), mask),
+            "clip_frac": masked_mean(clipped.float(), mask),
             "ratio_mean": masked_mean(ratio, mask),
             "ratio_max": masked_extreme(ratio, mask, "max"),
             "ratio_min": masked_extreme(ratio, mask, "min"),

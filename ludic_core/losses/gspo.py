@@ -23,6 +23,7 @@ from ludic_core.losses.base import (
     reduce_tokens,
     sequence_advantages,
 )
+from ludic_core.losses.clip import check_clip_range, clipped_objective
 
 __all__ = ["GSPOLoss"]
 
@@ -46,10 +47,7 @@ class GSPOLoss:
     inert_at_zero_advantage: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.clip_low < 1.0:
-            raise ValueError(f"clip_low must be in [0, 1), got {self.clip_low}")
-        if self.clip_high < 0.0:
-            raise ValueError(f"clip_high must be >= 0, got {self.clip_high}")
+        check_clip_range(self.clip_low, self.clip_high)
 
     def __call__(self, inputs: LossInputs) -> LossOutputs:
         check_inputs(inputs)
@@ -61,9 +59,7 @@ class GSPOLoss:
         grad_carrier = torch.where(mask > 0, lp - lp.detach(), torch.zeros_like(lp))
         s_tok = seq_ratio[:, None] * torch.exp(grad_carrier)  # value s_i, grad s_i * grad lp
         adv = sequence_advantages(inputs)
-        unclipped = s_tok * adv
-        clipped = torch.clamp(s_tok, 1.0 - self.clip_low, 1.0 + self.clip_high) * adv
-        values = -torch.minimum(unclipped, clipped)
+        values, _ = clipped_objective(s_tok, adv, self.clip_low, self.clip_high)
         return LossOutputs(
             loss=reduce_tokens(values, inputs, "sequence"),
             metrics=self._metrics(seq_ratio, adv[:, 0], lengths > 0),
@@ -76,8 +72,8 @@ class GSPOLoss:
         0 for both when no sequence has any (masked sums: no host sync)."""
         has = has_tokens.float()
         n = has.sum().clamp_min(1.0)
-        clipped = torch.clamp(s, 1.0 - self.clip_low, 1.0 + self.clip_high) * a
+        _, clipped = clipped_objective(s, a, self.clip_low, self.clip_high)
         return {
-            "clip_frac": ((clipped < s * a).float() * has).sum() / n,
+            "clip_frac": (clipped.float() * has).sum() / n,
             "seq_ratio_mean": (s * has).sum() / n,
         }
