@@ -9,12 +9,11 @@ are almost all-right or all-wrong, hence `normalize_std=False`.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Sequence
 
 from ludic_core.credit.base import check_group_params, check_rewards
-from ludic_core.credit.groups import group_indices
+from ludic_core.credit.groups import group_indices, standardised
 from ludic_core.types import Rollout
 
 __all__ = ["GroupNormalizedReturn"]
@@ -42,11 +41,6 @@ class GroupNormalizedReturn:
         adv = [0.0] * len(rollouts)
         for idx in groups.values():
             rewards = [rollouts[i].total_reward for i in idx]
-            mean = sum(rewards) / len(rewards)
-            scale = 1.0
-            if self.normalize_std:
-                std = math.sqrt(sum((x - mean) ** 2 for x in rewards) / len(rewards))
-                scale = std + self.eps
-            for i, x in zip(idx, rewards):
-                adv[i] = (x - mean) / scale
+            for i, a in zip(idx, standardised(rewards, self.eps, divide_by_std=self.normalize_std)):
+                adv[i] = a
         return [[adv[i]] * r.length for i, r in enumerate(rollouts)]

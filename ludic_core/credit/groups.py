@@ -9,11 +9,12 @@ of unexpected sizes (a lost rollout skews its group's mean), and failed episodes
 
 from __future__ import annotations
 
+import math
 from typing import Hashable, Sequence
 
 from ludic_core.types import Rollout
 
-__all__ = ["group_indices"]
+__all__ = ["group_indices", "centred", "standardised"]
 
 
 def group_indices(
@@ -58,3 +59,19 @@ def group_indices(
                 f"mismatched group sizes: expected {expected_group_size}, got {bad}"
             )
     return groups
+
+
+def centred(values: Sequence[float]) -> list[float]:
+    """x - mean(values) for each x: a group's rewards against the group's own baseline."""
+    mean = sum(values) / len(values)
+    return [x - mean for x in values]
+
+
+def standardised(values: Sequence[float], eps: float, *, divide_by_std: bool = True) -> list[float]:
+    """`centred(values)`, divided by their population std + eps when `divide_by_std`
+    (the population's: the group is the whole sample, not an estimate of a wider one)."""
+    c = centred(values)
+    if not divide_by_std:
+        return c
+    scale = math.sqrt(sum(x ** 2 for x in c) / len(c)) + eps
+    return [x / scale for x in c]

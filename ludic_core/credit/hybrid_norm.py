@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ludic_core.credit.base import check_group_params, check_rewards
-from ludic_core.credit.groups import group_indices
+from ludic_core.credit.groups import centred, group_indices
 from ludic_core.types import Rollout
 
 __all__ = ["HybridNormalizedReturn"]
@@ -38,11 +38,10 @@ class HybridNormalizedReturn:
         if not rollouts:
             return []
         groups = group_indices(rollouts, expected_group_size=self.expected_group_size)
-        centred = [0.0] * len(rollouts)
+        centred_rewards = [0.0] * len(rollouts)
         for idx in groups.values():
-            mean = sum(rollouts[i].total_reward for i in idx) / len(idx)
-            for i in idx:
-                centred[i] = rollouts[i].total_reward - mean
-        batch_mean = sum(centred) / len(centred)  # 0 up to rounding
-        std = math.sqrt(sum((c - batch_mean) ** 2 for c in centred) / len(centred))
-        return [[c / (std + self.eps)] * r.length for c, r in zip(centred, rollouts)]
+            for i, c in zip(idx, centred([rollouts[i].total_reward for i in idx])):
+                centred_rewards[i] = c
+        batch_mean = sum(centred_rewards) / len(centred_rewards)  # 0 up to rounding
+        std = math.sqrt(sum((c - batch_mean) ** 2 for c in centred_rewards) / len(centred_rewards))
+        return [[c / (std + self.eps)] * r.length for c, r in zip(centred_rewards, rollouts)]

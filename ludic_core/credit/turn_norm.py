@@ -12,12 +12,11 @@ different episodes, prefer episode credit or `gamma < 1` on top of it.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Sequence
 
 from ludic_core.credit.base import check_gamma, check_group_params, check_rewards
-from ludic_core.credit.groups import group_indices
+from ludic_core.credit.groups import group_indices, standardised
 from ludic_core.credit.monte_carlo import discounted_returns
 from ludic_core.types import Rollout
 
@@ -53,10 +52,6 @@ class TurnNormalizedReturn:
                 if len(at) < 2:
                     continue
                 values = [togo[i][t] for i in at]
-                mean = sum(values) / len(values)
-                scale = 1.0
-                if self.normalize_std:
-                    scale = math.sqrt(sum((x - mean) ** 2 for x in values) / len(values)) + self.eps
-                for i, x in zip(at, values):
-                    out[i][t] = (x - mean) / scale
+                for i, a in zip(at, standardised(values, self.eps, divide_by_std=self.normalize_std)):
+                    out[i][t] = a
         return out
