@@ -9,7 +9,7 @@ env directly, the interaction protocol does.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Sequence, TypedDict
 
 from ludic_core.context import ContextStrategy, FullDialog
 from ludic_core.inference.client import ChatClient
@@ -17,7 +17,7 @@ from ludic_core.inference.sampling import ChatCompletionRequest, InferenceSpec
 from ludic_core.parsers import ParseResult, Parser, identity_parser
 from ludic_core.types import ChatResponse, TokenTrace
 
-__all__ = ["Agent", "AgentAction", "TRUNCATION_OBS"]
+__all__ = ["Agent", "AgentAction", "AgentOptions", "TRUNCATION_OBS"]
 
 TRUNCATION_OBS = "Your reply was cut off at the token limit. Answer briefly."
 
@@ -47,6 +47,17 @@ class AgentAction:
         if self.traces and self.response.completion_token_ids:
             return self.traces[-1]
         return None
+
+
+class AgentOptions(TypedDict, total=False):
+    """`Agent`'s keyword arguments, so that a subclass forwards them typed
+    (`**options: Unpack[AgentOptions]`) instead of restating each one."""
+
+    parser: Parser | None
+    context: ContextStrategy | None
+    inference: InferenceSpec | None
+    model: str | None
+    truncation_penalty: float
 
 
 class Agent:

@@ -9,14 +9,12 @@ judge.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, Unpack
 
 from ludic_core.agents.agent import AgentAction
-from ludic_core.agents.tool_agent import ToolAgent
-from ludic_core.context import ContextStrategy
+from ludic_core.agents.tool_agent import ToolAgent, ToolAgentOptions
 from ludic_core.inference.client import ChatClient
 from ludic_core.inference.sampling import InferenceSpec
-from ludic_core.parsers import Parser
 from ludic_core.types import TokenTrace
 
 __all__ = ["ReActAgent", "FORCE_FINAL_PROMPT"]
@@ -33,23 +31,9 @@ class ReActAgent(ToolAgent):
         *,
         tools: Sequence[Callable[..., Any]],
         max_react_steps: int = 4,
-        parser: Parser | None = None,
-        context: ContextStrategy | None = None,
-        inference: InferenceSpec | None = None,
-        model: str | None = None,
-        truncation_penalty: float = -1.0,
-        tool_budget_penalty: float = -1.0,
+        **options: Unpack[ToolAgentOptions],
     ) -> None:
-        super().__init__(
-            client,
-            tools=tools,
-            parser=parser,
-            context=context,
-            inference=inference,
-            model=model,
-            truncation_penalty=truncation_penalty,
-            tool_budget_penalty=tool_budget_penalty,
-        )
+        super().__init__(client, tools=tools, **options)
         _check_positive("max_react_steps", max_react_steps)
         self.max_react_steps = max_react_steps
 

@@ -8,9 +8,9 @@ the tool-calling turns are policy outputs the trainer must credit too.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, Unpack
 
-from ludic_core.agents.agent import Agent, AgentAction
+from ludic_core.agents.agent import Agent, AgentAction, AgentOptions
 from ludic_core.agents.tools import (
     ToolCall,
     extract_tool_calls,
@@ -18,15 +18,20 @@ from ludic_core.agents.tools import (
     run_tool,
     strip_tool_call_blocks,
 )
-from ludic_core.context import ContextStrategy
 from ludic_core.inference.client import ChatClient
 from ludic_core.inference.sampling import InferenceSpec
-from ludic_core.parsers import ParseResult, Parser
+from ludic_core.parsers import ParseResult
 from ludic_core.types import ChatResponse, TokenTrace
 
-__all__ = ["ToolAgent", "TOOL_BUDGET_OBS"]
+__all__ = ["ToolAgent", "ToolAgentOptions", "TOOL_BUDGET_OBS"]
 
 TOOL_BUDGET_OBS = "Tool call budget exhausted before a final answer. Answer without tools."
+
+
+class ToolAgentOptions(AgentOptions, total=False):
+    """`ToolAgent`'s keyword arguments besides `tools`, for subclasses to forward typed."""
+
+    tool_budget_penalty: float
 
 
 class ToolAgent(Agent):
@@ -43,21 +48,10 @@ class ToolAgent(Agent):
         client: ChatClient,
         *,
         tools: Sequence[Callable[..., Any]],
-        parser: Parser | None = None,
-        context: ContextStrategy | None = None,
-        inference: InferenceSpec | None = None,
-        model: str | None = None,
-        truncation_penalty: float = -1.0,
         tool_budget_penalty: float = -1.0,
+        **options: Unpack[AgentOptions],
     ) -> None:
-        super().__init__(
-            client,
-            parser=parser,
-            context=context,
-            inference=inference,
-            model=model,
-            truncation_penalty=truncation_penalty,
-        )
+        super().__init__(client, **options)
         self.tools: dict[str, Callable[..., Any]] = {}
         self.tool_schemas: list[dict[str, Any]] = []
         for fn in tools:
