@@ -38,18 +38,23 @@ class MultiAgentProtocol:
                  max_parse_failures: int | None = None) -> None:
         if not agents:
             raise ValueError("MultiAgentProtocol needs at least one agent")
+        self.agents = dict(agents)
+        self._set_options(system_prompt, max_parse_failures)
+
+    def _set_options(self, system_prompt: str | None, max_parse_failures: int | None) -> None:
         if max_parse_failures is not None and max_parse_failures < 1:
             raise ValueError(f"max_parse_failures must be >= 1 or None, got {max_parse_failures}")
-        self.agents = dict(agents)
         self.system_prompt = system_prompt
         self.max_parse_failures = max_parse_failures
 
-    def _check_env(self, env: LudicEnv) -> None:
+    def _seat(self, env: LudicEnv) -> dict[str, Any]:
+        """The Agent that plays each of `env`'s agent ids; a ValueError naming any left without one."""
         missing = [a for a in env.agent_ids if a not in self.agents]
         if missing:
             raise ValueError(
                 f"{type(env).__name__} has agents {env.agent_ids}; no Agent given for {missing}"
             )
+        return self.agents
 
     async def run(
         self,
@@ -62,7 +67,7 @@ class MultiAgentProtocol:
     ) -> list[Rollout]:
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
-        self._check_env(env)
+        agents = self._seat(env)
         ids = list(env.agent_ids)
         col = TraceCollector(ids, {"env_seed": env_seed, "sampling_seed": sampling_seed})
         try:
@@ -72,7 +77,7 @@ class MultiAgentProtocol:
             return col.rollouts(truncated=False, error=f"env.reset raised {exc!r}")
         for agent_id in ids:
             obs, info = first[agent_id]
-            agent = self.agents[agent_id]
+            agent = agents[agent_id]
             # None: the env's suggestion; "": no system message at all
             agent.reset(env.suggested_sysprompt if self.system_prompt is None else self.system_prompt or None)
             agent.on_env_reset(obs, info)
@@ -83,7 +88,7 @@ class MultiAgentProtocol:
             if not active:
                 return col.rollouts(truncated=False, error=None)
             try:
-                error = await self._round(env, col, active, ids, t, sampling_seed, inference)
+                error = await self._round(env, agents, col, active, ids, t, sampling_seed, inference)
             except ContextLengthError as exc:
                 col.meta["context_overflow"] = str(exc)
                 return col.rollouts(truncated=True, error=None)
@@ -96,13 +101,13 @@ class MultiAgentProtocol:
         return col.rollouts(truncated=not done, error=None)
 
     async def _round(
-        self, env: LudicEnv, col: TraceCollector, active: list[str], ids: list[str],
+        self, env: LudicEnv, agents: dict[str, Any], col: TraceCollector, active: list[str], ids: list[str],
         t: int, sampling_seed: int | None, inference: InferenceSpec | None,
     ) -> str | None:
         """One round: active agents act together; returns an error text or None."""
         try:
             acts = await asyncio.gather(*[
-                self.agents[a].act(
+                agents[a].act(
                     inference=inference, sampling_seed=step_seed(sampling_seed, ids.index(a), t)
                 )
                 for a in active
@@ -122,7 +127,7 @@ class MultiAgentProtocol:
                 info = {**act.info, "parse_error": True}
                 col.add_step(agent_id, action=act.text, next_obs=act.parse.obs,
                              reward=act.parse.reward, outcome=None, trace=trace, info=info)
-                self.agents[agent_id].on_after_step(act.parse.obs, info)
+                agents[agent_id].on_after_step(act.parse.obs, info)
             else:
                 actions[agent_id] = act.parse.action
                 pending[agent_id] = (act, trace)
@@ -141,7 +146,7 @@ class MultiAgentProtocol:
                 self._record_action(col, agent_id, act, trace, outcome)
             else:
                 col.add_passive(agent_id, outcome)
-            self.agents[agent_id].on_after_step(outcome.obs, outcome.info)
+            agents[agent_id].on_after_step(outcome.obs, outcome.info)
         return None
 
     def _failure_limit_hit(self, col: TraceCollector) -> bool:

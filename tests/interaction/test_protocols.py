@@ -7,10 +7,11 @@ import pytest
 
 from ludic_core.agents import Agent
 from ludic_core.context import SlidingWindowContext
-from ludic_core.envs import TicTacToeDuelEnv, TicTacToeEnv, scripted_tic_tac_toe_policy
+from ludic_core.envs import LudicEnv, TicTacToeDuelEnv, TicTacToeEnv, scripted_tic_tac_toe_policy
 from ludic_core.inference import InferenceSpec, LocalChatClient, SamplingConfig, ScriptedChatClient
 from ludic_core.interaction import MultiAgentProtocol, SingleAgentSyncProtocol
 from ludic_core.parsers import ParseResult, xml_tag_parser
+from ludic_core.types import StepOutcome
 
 
 def first_digit_parser(text: str) -> ParseResult:
@@ -172,3 +173,35 @@ def test_a_malformed_try_leaves_a_0_1_envs_return_in_0_1():
     assert late_right.total_reward == 1.0 and never.total_reward == 0.0
     m = episode_metrics([late_right, never])
     assert m["mean_return"] == 0.5 and m["success_rate"] == 0.5 and m["parse_error_rate"] == 0.75
+
+
+class _EchoEnv(LudicEnv):
+    """One agent, named by the env, that wins by saying the env's word."""
+
+    def __init__(self, agent_id: str, word: str) -> None:
+        self.agent_ids = [agent_id]
+        self.word = word
+        self.done = False
+
+    def reset(self, seed=None):
+        self.done = False
+        return {self.agent_ids[0]: (f"Say {self.word}.", {})}
+
+    def active_agents(self):
+        return [] if self.done else list(self.agent_ids)
+
+    def step(self, actions):
+        self.done = True
+        return {a: StepOutcome(obs=None, reward=float(text == self.word), terminated=True)
+                for a, text in actions.items()}
+
+
+def test_one_single_agent_protocol_plays_envs_that_name_their_agent_differently():
+    words = iter(["<move>red</move>", "<move>blue</move>"])
+    agent = Agent(ScriptedChatClient(lambda messages: next(words)), parser=xml_tag_parser("move"))
+    proto = SingleAgentSyncProtocol(agent)
+    first = asyncio.run(proto.run(_EchoEnv("solo", "red"), max_steps=1))
+    second = asyncio.run(proto.run(_EchoEnv("player", "blue"), max_steps=1))
+    assert [(r.meta["agent_id"], r.total_reward) for r in first + second] == [("solo", 1.0), ("player", 1.0)]
+    with pytest.raises(ValueError, match="max_parse_failures must be >= 1 or None, got 0"):
+        SingleAgentSyncProtocol(agent, max_parse_failures=0)
