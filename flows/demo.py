@@ -24,7 +24,7 @@ from flows.sft import SFTFlowConfig, sft
 from ludic_core.bounds import MAX_EPISODES, MAX_GROUP, MAX_SEED, MAX_STEPS, bounded
 from ludic_core.compose.configs import AgentConfig
 from ludic_core.compose.policy import ModelPolicy, ScriptedPolicy
-from ludic_core.config import RL_TRAINER, SFT_TRAINER, GRPOConfig, TrainerConfig
+from ludic_core.config import RL_TRAINER, SFT_TRAINER, TrainerConfig
 from ludic_core.recipes.recipe import RECIPES, Recipe, get_recipe
 from tasks.artifacts import lineage_artifact, table_artifact
 from tasks.evaluation import evaluate_policy
@@ -40,9 +40,10 @@ class DemoConfig(FlowConfig):
                                     description="episodes the teacher plays for rejection sampling")
     sft_steps: int | None = bounded(None, ge=1, le=MAX_STEPS, description="SFT steps (None = the recipe's)")
     sft_lr: float = Field(SFT_TRAINER.lr, gt=0, description="peak SFT learning rate (cosine decay to 0)")
-    rl_steps: int = bounded(30, ge=1, le=MAX_STEPS, description="RL steps")
+    rl_steps: int | None = bounded(None, ge=1, le=MAX_STEPS, description="RL steps (None = the recipe's)")
     rl_lr: float | None = Field(None, gt=0, description="RL learning rate (None = the recipe's)")
-    group_size: int = bounded(8, ge=2, le=MAX_GROUP, description="GRPO samples per prompt")
+    group_size: int | None = bounded(None, ge=2, le=MAX_GROUP,
+                                     description="GRPO samples per prompt (None = the recipe's)")
     eval_episodes: int | None = bounded(None, ge=1, le=MAX_EPISODES,
                                         description="greedy episodes per evaluation (None = the recipe's)")
     launcher: Literal["in_process", "torchrun"] = "in_process"
@@ -111,11 +112,16 @@ def rl_trainer(cfg: DemoConfig, recipe: Recipe) -> TrainerConfig:
 
 
 def rl_stage(cfg: DemoConfig, recipe: Recipe, sft_model: str) -> RLTrainConfig:
-    """GRPO from the SFT model on the recipe's RL env (its training reward), at its lr and temperature."""
+    """GRPO from the SFT model on the recipe's RL env (its training reward), with its algorithm, steps,
+    lr and temperature."""
+    algorithm = recipe.rl_algorithm
+    if cfg.group_size is not None:
+        algorithm = algorithm.model_copy(update={"group_size": cfg.group_size})
+    steps = cfg.rl_steps or recipe.rl_steps
     return RLTrainConfig(
         model_path=sft_model, out_dir=f"{cfg.out}/rl", env=recipe.rl_env, agent=rl_agent(recipe),
-        algorithm=GRPOConfig(group_size=cfg.group_size), steps=cfg.rl_steps, trainer=rl_trainer(cfg, recipe),
-        steps_per_stage=max(cfg.rl_steps // 2, 1), eval_episodes=0, launcher=cfg.launcher,
+        algorithm=algorithm, steps=steps, trainer=rl_trainer(cfg, recipe),
+        steps_per_stage=max(steps // 2, 1), eval_episodes=0, launcher=cfg.launcher,
         progress_bar=cfg.progress_bar)
 
 

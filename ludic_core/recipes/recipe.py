@@ -14,7 +14,7 @@ from pydantic import Field
 
 from ludic_core.bounds import MAX_EPISODES, MAX_SEED, MAX_SEQ_LEN, MAX_STEPS, bounded
 from ludic_core.compose.configs import AgentConfig, EnvConfig
-from ludic_core.config import RL_TRAINER
+from ludic_core.config import RL_TRAINER, GRPOConfig
 from ludic_core.frozen import FrozenModel
 from ludic_core.rejection import KeepRule
 
@@ -31,6 +31,9 @@ class Recipe(FrozenModel):
     keep: KeepRule = KeepRule(min_return=1.0)
     sft_steps: int = bounded(400, ge=1, le=MAX_STEPS, description="SFT steps of the demo chain")
     rl_temperature: float = Field(1.0, gt=0.0, description="sampling temperature of RL rollouts")
+    rl_steps: int = bounded(30, ge=1, le=MAX_STEPS, description="RL steps of the demo chain (generated batches)")
+    rl_algorithm: GRPOConfig = Field(GRPOConfig(group_size=8), description="the demo chain's RL algorithm: group "
+                                     "size, credit, rollout reuse, clipping")
     rl_lr: float = Field(RL_TRAINER.lr, gt=0.0, description="learning rate of the demo chain's RL stage")
     max_seq_len: int = bounded(RL_TRAINER.max_seq_len, ge=2, le=MAX_SEQ_LEN,
                                description="tokens of one training item (prompt and reply): the demo chain's SFT and "

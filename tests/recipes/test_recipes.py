@@ -43,6 +43,17 @@ def test_tic_tac_toe_rl_trains_on_move_shaping_that_teacher_and_evaluation_do_no
         assert teacher[cell][1] == scored[cell][1] == 0.0, cell
 
 
+def test_the_rl_stage_takes_the_recipes_algorithm_and_steps_unless_the_demo_overrides_them():
+    from ludic_core.config import GRPOConfig, RolloutReuse
+
+    algorithm = GRPOConfig(group_size=4, credit="turn", reuse=RolloutReuse(mini_batches=2, epochs=2))
+    recipe = get_recipe("tic_tac_toe").model_copy(update={"rl_algorithm": algorithm, "rl_steps": 12})
+    stage = rl_stage(DemoConfig(), recipe, "m")
+    assert stage.algorithm == algorithm and stage.steps == 12 and stage.steps_per_stage == 6
+    stage = rl_stage(DemoConfig(group_size=6, rl_steps=5), recipe, "m")
+    assert stage.algorithm == algorithm.model_copy(update={"group_size": 6}) and stage.steps == 5
+
+
 def test_arithmetic_rl_trains_on_the_env_the_teacher_plays():
     recipe = get_recipe("arithmetic")
     assert recipe.rl_env_kwargs == {} and recipe.rl_env == recipe.env
