@@ -140,3 +140,22 @@ def test_a_form_that_sends_every_default_back_can_change_steps(flow):
     form = {name: prop["default"] for name, prop in properties.items() if "default" in prop}
     cfg = fn.validate_parameters({"cfg": {**form, **required_values(flow), "steps": 37}})["cfg"]
     assert cfg.trainer.total_steps == 37
+
+
+@pytest.mark.parametrize("flow", ["rl_train", "pipeline_rl"])
+def test_the_form_shows_rollout_reuse_and_a_form_run_sets_it(flow):
+    """Rollout reuse is a field of the algorithm in the run form: the schema shows its two
+    knobs with their defaults, and a form run that changes them trains with them."""
+    from prefect.utilities.callables import parameter_schema
+    from prefect.utilities.schema_tools.validation import validate
+
+    fn, cls = load_flow(flow)
+    schema = parameter_schema(fn).model_dump_for_openapi()
+    reuse = schema["definitions"]["RolloutReuse"]["properties"]
+    assert set(reuse) == {"mini_batches", "epochs"} and reuse["mini_batches"]["default"] == 1
+    algorithm = {"type": "grpo", "group_size": 4, "reuse": {"mini_batches": 2, "epochs": 2}}
+    params = {"cfg": {**required_values(flow), "algorithm": algorithm,
+                      "trainer": {"max_lag": 4}}}
+    validate(params, schema, raise_on_error=True, ignore_required=True)
+    cfg = fn.validate_parameters(params)["cfg"]
+    assert (cfg.algorithm.reuse.mini_batches, cfg.algorithm.reuse.epochs, cfg.algorithm.reuse.updates) == (2, 2, 4)
