@@ -8,8 +8,9 @@ in torch via `collate`, nor the rollout engine via `sources`.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ludic_core.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from ludic_core.batching.chat import chat_items, chat_to_item, read_chat_examples
@@ -63,14 +64,4 @@ _SOURCE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _SOURCE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _SOURCE)

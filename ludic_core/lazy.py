@@ -1,0 +1,34 @@
+"""Lazy package exports (PEP 562): a package names its public parts without loading them.
+
+A package whose parts need torch (`losses`, `batching.collate`) still has parts a
+torch-free config must reach (an algorithm config builds its loss through
+`ludic_core.losses`, and `batching.saw` feeds rejection sampling). So its
+`__init__` maps each exported name to the submodule that defines it, and the
+submodule is imported on the first access of one of its names.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any, Callable, Mapping
+
+__all__ = ["lazy_exports"]
+
+
+def lazy_exports(package: str, sources: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """(`__getattr__`, `__dir__`) for `package`: `sources` maps an exported name to
+    its submodule (relative to `package`); a name once loaded is kept in the package."""
+
+    def __getattr__(name: str) -> Any:
+        module = sources.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{package}.{module}"), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(vars(sys.modules[package])) | set(sources))
+
+    return __getattr__, __dir__
