@@ -26,7 +26,9 @@ docs/results.md):
 RL starts from the SFT student (seed 0: X 0.95, O 0.85, its teacher's blind
 spot included). Its settings (`rl_lr` 3e-5, 30 steps) still keep it level with
 SFT: the settings tried so far to take it past the teacher are on
-docs/experiments/2026-11-29-student-past-teacher.md. RL trains on the
+docs/experiments/2026-11-29-student-past-teacher.md (including a teacher that
+samples, `teacher_kwargs` `confidence`: it shows RL other moves, but its
+student comes out weaker, 0.75-0.82, and RL has not yet taken one past 0.85). RL trains on the
 env's minimax-regret move shaping (0.5; RL's env only: the teacher's moves
 have no regret, and the evaluation scores outcomes), which helps from starts
 with room to gain (docs/experiments/2026-11-27-rl-from-the-demo-start.md).
