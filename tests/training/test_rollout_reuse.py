@@ -163,3 +163,35 @@ def test_bad_combinations_are_refused_naming_the_fields(tiny_model_dir):
         GRPOConfig(reuse={"epochs": 0})
     built = build_algorithm(GRPOConfig.model_validate({"reuse": {"mini_batches": 4, "epochs": 2}}))
     assert (built.reuse.mini_batches, built.reuse.epochs, built.reuse.updates) == (4, 2, 8)
+
+
+def test_two_mini_batches_two_epochs_by_hand(tiny_model_dir):
+    """Reuse 2 x 2: the four updates are a plain trainer's four steps over the plan's parts, and
+    each update's ratio statistics and clip fraction are the ones computed by hand from the
+    weights the previous updates left: ratio = exp(log pi - sampler log-prob) per action token,
+    clipped where the advantage pushes it past [0.8, 1.2] (A > 0 and r > 1.2, or A < 0 and r < 0.8)."""
+    model, tok = load_model_and_tokenizer(tiny_model_dir)
+    items = _on_policy_items(model, n=8, group=2)
+    reused = Trainer(model, make_grpo(reuse=RolloutReuse(mini_batches=2, epochs=2)), _Fixed(items),
+                     TrainerConfig(**{**CFG, "lr": 3e-2}), tokenizer=tok)
+    reused.train_step()
+    plan = plan_updates(items, [i.meta["group_id"] for i in items], mini_batches=2, epochs=2, seed=0)
+    assert len(plan) == len(reused.update_history) == 4
+    assert sorted(map(id, plan[0] + plan[1])) == sorted(map(id, plan[2] + plan[3])) == sorted(map(id, items))
+
+    plain_model, _ = load_model_and_tokenizer(tiny_model_dir)
+    plain = Trainer(plain_model, make_grpo(), _Fixed(*plan), TrainerConfig(**{**CFG, "lr": 3e-2}), tokenizer=tok)
+    clipped_some = False
+    for part, seen in zip(plan, reused.update_history):
+        ratios = _ratios(plain.model, part)  # from the weights the previous updates left
+        adv = torch.tensor([it.weight for it in part for a in it.action_mask if a])
+        clipped = ((adv > 0) & (ratios > 1.2)) | ((adv < 0) & (ratios < 0.8))
+        assert seen["ratio_max"] == pytest.approx(float(ratios.max()), rel=1e-4)
+        assert seen["ratio_min"] == pytest.approx(float(ratios.min()), rel=1e-4)
+        assert seen["clip_frac"] == pytest.approx(float(clipped.float().mean()), abs=1e-6)
+        clipped_some |= bool(clipped.any())
+        plain.train_step()
+    assert reused.update_history[0]["ratio_max"] == pytest.approx(1.0, abs=1e-5)  # the sampler's own weights
+    assert clipped_some, "no token left the clip range: raise the learning rate so clipping is checked"
+    a, b = _weights(reused), _weights(plain)
+    assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-5
