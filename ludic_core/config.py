@@ -1,20 +1,24 @@
-"""Torch-free configs: algorithms (a discriminated union on `type`) and training.
+"""Torch-free configs: training, inference and, re-exported, the algorithms'.
 
 Configs load anywhere (a Prefect UI form, a YAML file, a test) without
-importing torch; `ludic_core.algorithms.build_algorithm` turns an algorithm
-config into objects. Frozen and `extra="forbid"`, so a typo fails naming the
-field instead of being silently ignored.
+importing torch. Each algorithm's config lives with its build in its own module
+of `ludic_core.algorithms`, which assembles `AlgorithmConfig` (a discriminated
+union on `type`) from them; they are re-exported here. Frozen and
+`extra="forbid"`, so a typo fails naming the field instead of being silently
+ignored.
 """
 
 from __future__ import annotations
 
 from pathlib import PurePath
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from ludic_core.bounds import (MAX_BATCH, MAX_BUCKET_MB, MAX_CHECKPOINTS, MAX_CONCURRENCY, MAX_DRAWS, MAX_GROUP,
-                               MAX_LORA_RANK, MAX_SEED, MAX_SEQ_LEN, MAX_STEPS, MAX_TOKEN_BUDGET, bounded)
+from ludic_core.algorithms import (AlgorithmConfig, CISPOConfig, DynamicSampling, GRPOConfig, GSPOConfig,
+                                   ReinforceBaselineConfig, ReinforceConfig, RolloutReuse, ScaleRLConfig, SFTConfig)
+from ludic_core.bounds import (MAX_BUCKET_MB, MAX_CHECKPOINTS, MAX_CONCURRENCY, MAX_LORA_RANK, MAX_SEED, MAX_SEQ_LEN,
+                               MAX_STEPS, MAX_TOKEN_BUDGET, bounded)
 from ludic_core.frozen import FrozenModel
 from ludic_core.specs import DEVICE_DOC, DEVICE_PATTERN, DType
 
@@ -45,148 +49,9 @@ __all__ = [
 Beta = Annotated[float, Field(ge=0.0, lt=1.0)]
 
 
-class DynamicSampling(FrozenModel):
-    """DAPO's dynamic sampling. A group whose episodes all end with the same
-    return has zero advantage and teaches nothing (most groups, once a policy is
-    good at a game), so each step draws request batches until it holds
-    `min_groups` groups with a return spread, or `max_draws` batches were drawn,
-    and trains on those groups only. The step's metrics count both."""
-
-    min_groups: int = bounded(ge=1, le=MAX_BATCH, description="groups with a return spread each step needs")
-    max_draws: int = bounded(4, ge=1, le=MAX_DRAWS,
-                             description="request batches drawn at most per step (then train on what there is)")
-
-
-_DYNAMIC = "None = off; else draw more request batches until enough groups carry signal (DAPO)"
-
-
-class RolloutReuse(FrozenModel):
-    """Several optimiser updates per generated batch (`training/rollout_reuse.py`): `epochs` passes
-    over it, each cut into `mini_batches` updates, against the sampler's log-probs. From the second
-    update on the ratio departs from 1 and clipping acts. Each update is one policy version, so a
-    batch makes `mini_batches x epochs` versions: `trainer.max_lag` counts them."""
-
-    mini_batches: int = bounded(1, ge=1, le=MAX_BATCH, description="optimiser updates per pass over a batch "
-                                                                   "(a group stays in one mini-batch)")
-    epochs: int = bounded(1, ge=1, le=MAX_DRAWS, description="passes over each generated batch")
-
-    @property
-    def updates(self) -> int:
-        """Optimiser updates (policy versions) per generated batch."""
-        return self.mini_batches * self.epochs
-
-
-_REUSE = "optimiser updates per generated batch: mini_batches x epochs (default 1 x 1, each rollout used once)"
-
-
-class ReinforceConfig(FrozenModel):
-    """Plain REINFORCE on the episode return (no baseline)."""
-
-    type: Literal["reinforce"] = "reinforce"
-    gamma: float = Field(1.0, ge=0.0, le=1.0, description="discount for per-step returns")
-
-
-class ReinforceBaselineConfig(FrozenModel):
-    """REINFORCE minus the batch-mean return: same expectation, less variance."""
-
-    type: Literal["reinforce_baseline"] = "reinforce_baseline"
-
-
-class GRPOConfig(FrozenModel):
-    """Group-normalised returns + token-level clipped surrogate (+ optional KL)."""
-
-    type: Literal["grpo"] = "grpo"
-    group_size: int | None = bounded(None, ge=2, le=MAX_GROUP, description="expected episodes per group (checked)")
-    normalize_std: bool = Field(True, description="divide by the group std (Dr.GRPO sets False)")
-    credit: Literal["episode", "turn"] = Field(
-        "episode", description="episode: every turn gets its episode's group-relative return; turn: each turn's "
-        "reward-to-go against its siblings' at the same turn index (multi-turn games; see README)")
-    gamma: float = Field(1.0, ge=0.0, le=1.0, description="discount of the reward-to-go (credit=turn only)")
-    clip_low: float = Field(0.2, ge=0.0, lt=1.0)
-    clip_high: float = Field(0.2, ge=0.0, description="DAPO's clip-higher raises this (e.g. 0.28)")
-    loss_reduction: Literal["token", "sequence"] = Field(
-        "token", description="token: mean over all tokens of the batch (long replies weigh more, DAPO); "
-        "sequence: mean per reply, then over replies (the GRPO paper)")
-    sampler_correction: Literal["none", "token_tis", "token_mis", "seq_tis", "seq_mis"] = Field(
-        "none", description="none: ratios against the sampler's log-probs; else ratios against the trainer's own "
-        "and an importance weight trainer/sampler, truncated (tis) or masked (mis) above sampler_cap, per token "
-        "or per sequence")
-    sampler_cap: float = Field(2.0, gt=0.0, description="cap of the sampler importance weight")
-    kl_coef: float = Field(0.0, ge=0.0, description="weight of a k3 KL penalty (0 = off)")
-    kl_to: Literal["reference", "behaviour"] = Field(
-        "reference", description="reference: the frozen model the run started from (kept by the trainer, bf16 on "
-        "GPU); behaviour: the sampler's policy (0 in synchronous training: it bites only on stale batches)")
-    entropy_coef: float = Field(0.0, ge=0.0)
-    dynamic_sampling: DynamicSampling | None = Field(None, description=_DYNAMIC)
-    reuse: RolloutReuse = Field(RolloutReuse(), description=_REUSE)
-
-    @model_validator(mode="after")
-    def _gamma_needs_turn_credit(self) -> GRPOConfig:
-        if self.gamma != 1.0 and self.credit != "turn":
-            raise ValueError(f"gamma={self.gamma} discounts per-turn returns: it needs credit='turn'")
-        if self.sampler_correction != "none" and self.reuse.updates > 1:
-            raise ValueError(f"sampler_correction={self.sampler_correction!r} takes the ratio against the trainer's "
-                             "current log-probs, which only equal the behaviour policy's on a batch's first update: "
-                             "use it with reuse 1 x 1, or reuse with sampler_correction 'none'")
-        return self
-
-
-class GSPOConfig(FrozenModel):
-    """Group-normalised returns + sequence-level clipped ratio (GSPO)."""
-
-    type: Literal["gspo"] = "gspo"
-    group_size: int | None = bounded(None, ge=2, le=MAX_GROUP, description="episodes per group (checked)")
-    clip_low: float = Field(3e-4, ge=0.0, lt=1.0)
-    clip_high: float = Field(4e-4, ge=0.0)
-    dynamic_sampling: DynamicSampling | None = Field(None, description=_DYNAMIC)
-    reuse: RolloutReuse = Field(RolloutReuse(), description=_REUSE)
-
-
-class CISPOConfig(FrozenModel):
-    """Group-normalised returns + clipped, detached importance weights (CISPO)."""
-
-    type: Literal["cispo"] = "cispo"
-    group_size: int | None = bounded(None, ge=2, le=MAX_GROUP, description="episodes per group (checked)")
-    eps_high: float = Field(2.0, gt=0.0, description="IS weight capped at 1 + eps_high")
-    dynamic_sampling: DynamicSampling | None = Field(None, description=_DYNAMIC)
-    reuse: RolloutReuse = Field(RolloutReuse(), description=_REUSE)
-
-
-class SFTConfig(FrozenModel):
-    """Masked cross-entropy on the completion tokens (behaviour cloning)."""
-
-    type: Literal["sft"] = "sft"
-
-
-class ScaleRLConfig(FrozenModel):
-    """ScaleRL recipe: CISPO loss, group-mean centring with batch-level std, and
-    zero-variance groups filtered out (they carry no signal)."""
-
-    type: Literal["scalerl"] = "scalerl"
-    group_size: int | None = bounded(None, ge=2, le=MAX_GROUP, description="episodes per group (checked)")
-    eps_high: float = Field(2.0, gt=0.0)
-    dynamic_sampling: DynamicSampling | None = Field(None, description=_DYNAMIC)
-    reuse: RolloutReuse = Field(RolloutReuse(), description=_REUSE)
-
-
-AlgorithmConfig = Annotated[
-    Union[
-        ReinforceConfig,
-        ReinforceBaselineConfig,
-        GRPOConfig,
-        GSPOConfig,
-        CISPOConfig,
-        SFTConfig,
-        ScaleRLConfig,
-    ],
-    Field(discriminator="type"),
-]
-
-
-def reuse_of(algorithm: Any) -> RolloutReuse:
-    """An algorithm's (config's or built one's) rollout reuse; 1 x 1 for those without it."""
-    reuse = getattr(algorithm, "reuse", None)
-    return reuse if reuse is not None else RolloutReuse()
+def reuse_of(algorithm: AlgorithmConfig) -> RolloutReuse:
+    """An algorithm config's rollout reuse; 1 x 1 for those without it."""
+    return algorithm.rollout_reuse()
 
 
 def check_max_lag(reuse: RolloutReuse, max_lag: int | None) -> None:
@@ -203,10 +68,7 @@ def check_max_lag(reuse: RolloutReuse, max_lag: int | None) -> None:
 
 def group_size_of(algorithm: AlgorithmConfig) -> int:
     """Samples per prompt: the algorithm's `group_size` (stated once, there), 1 without groups."""
-    size = getattr(algorithm, "group_size", None)
-    if size is None and hasattr(algorithm, "group_size"):
-        raise ValueError(f"algorithm {algorithm.type!r} compares samples of one prompt: set its group_size")
-    return int(size or 1)
+    return algorithm.samples_per_prompt()
 
 
 class LoRAConfig(FrozenModel):

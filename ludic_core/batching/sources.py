@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 from ludic_core.batching.saw import SAWBatch, SAWItem
-from ludic_core.credit import drop_zero_variance_groups
+from ludic_core.credit import signal_groups
 from ludic_core.rollout.jsonl import read_rollouts
 from ludic_core.types import Message, Rollout
 
@@ -40,13 +40,6 @@ class BatchSource(Protocol):
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
-
-
-def signal_groups(rollouts: Sequence[Rollout]) -> int:
-    """Groups whose episodes do not all end with the same return (the ones with
-    a non-zero group-relative advantage somewhere)."""
-    kept, _ = drop_zero_variance_groups(rollouts)
-    return len({r.meta["group_id"] for r in kept})
 
 
 def group_signal(rollouts: Sequence[Rollout]) -> dict[str, float]:
@@ -77,11 +70,11 @@ class RolloutBatchSource:
     """Synchronous RL: every batch is fresh rollouts from the current policy.
 
     `make_requests(batch_index)` returns the requests for one batch (so the
-    problem schedule is reproducible and resumable); `algorithm.prepare` turns
+    problem schedule is reproducible and resumable); `algorithm.draw` decides how
+    many request batches one step takes (consecutive indices of the schedule:
+    more than one under DAPO's dynamic sampling) and `algorithm.prepare` turns
     the rollouts into credit-weighted SAW items. Failed episodes are counted
-    and left out of training. With `algorithm.dynamic_sampling` set, one step
-    draws request batches (consecutive indices of the schedule) until enough
-    groups carry a return spread, or the cap is reached (DAPO).
+    and left out of training.
     """
 
     def __init__(
@@ -112,20 +105,11 @@ class RolloutBatchSource:
         return rollouts
 
     def next_batch(self) -> SAWBatch:
-        dynamic = getattr(self.algorithm, "dynamic_sampling", None)
-        rollouts, draws, signal = self._draw(), 1, 0
-        if dynamic is not None:
-            signal = signal_groups([r for r in rollouts if not r.failed])
-            while signal < dynamic.min_groups and draws < dynamic.max_draws:
-                rollouts += self._draw()
-                draws += 1
-                signal = signal_groups([r for r in rollouts if not r.failed])
+        rollouts, draw_metrics = self.algorithm.draw(self._draw)  # one request batch, or DAPO's several
         self.last_rollouts = rollouts
         ok = [r for r in rollouts if not r.failed]
         batch = self.algorithm.prepare(ok, max_seq_len=self.max_seq_len)
-        batch.meta.update(rollout_stats(rollouts) | group_signal(rollouts))
-        if dynamic is not None:
-            batch.meta["draws"] = float(draws)
+        batch.meta.update(rollout_stats(rollouts) | group_signal(rollouts) | draw_metrics)
         return batch
 
     def state_dict(self) -> dict[str, Any]:

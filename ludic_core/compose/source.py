@@ -2,9 +2,10 @@
 
 A synchronous stage (`training.stage_data`) and a pipeline actor
 (`queue.actor`) draw the same batches from the same configs: same requests,
-same credit, same filters, GRPO groups when the algorithm compares samples of
-one prompt. Building them here keeps the two from drifting apart; they differ
-only in which seed blocks they play (`first_draw`) and the strategy's seed.
+same credit, same filters, and the algorithm's own request strategy (GRPO
+groups of its group size when it compares samples of one prompt). Building
+them here keeps the two from drifting apart; they differ only in which seed
+blocks they play (`first_draw`) and the strategy's seed.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from ludic_core.batching.sources import RolloutBatchSource
 from ludic_core.compose.build import build_engine, episode_requests
 from ludic_core.compose.configs import AgentConfig, EnvConfig, SeedSchedule
 from ludic_core.inference.client import ChatClient
-from ludic_core.rollout import GRPORequestStrategy, IdentityStrategy
 
 if TYPE_CHECKING:  # the algorithm arrives built; importing its module would load torch with the configs
     from ludic_core.algorithms import RLAlgorithm
@@ -24,16 +24,16 @@ __all__ = ["rollout_source"]
 
 
 def rollout_source(env: EnvConfig, agent: AgentConfig, schedule: SeedSchedule, algorithm: RLAlgorithm,
-                   client: ChatClient, *, group_size: int, requests_per_draw: int, max_seq_len: int,
+                   client: ChatClient, *, requests_per_draw: int, max_seq_len: int,
                    first_draw: int = 0, strategy_seed: int | None = None) -> RolloutBatchSource:
     """Draw `i` plays `requests_per_draw` env seeds (block `first_draw + i` of
-    `schedule`), each `group_size` times; `algorithm` (built) assigns credit.
-    `strategy_seed` (default: the schedule's start) seeds the GRPO groups."""
+    `schedule`), each `algorithm.group_size` times; `algorithm` (built) assigns
+    credit. `strategy_seed` (default: the schedule's start) seeds the GRPO groups."""
     n = requests_per_draw
     seed = schedule.start if strategy_seed is None else strategy_seed
     return RolloutBatchSource(
         build_engine(env, agent, client),
         lambda i: episode_requests(env, agent, schedule.seeds(n, offset=(first_draw + i) * n)),
         algorithm, max_steps=agent.max_turns,
-        strategy=GRPORequestStrategy(group_size, seed=seed) if group_size > 1 else IdentityStrategy(),
+        strategy=algorithm.request_strategy(seed),
         max_seq_len=max_seq_len)

@@ -3,7 +3,7 @@
 from ludic_core.credit.base import CreditAssigner, check_rewards
 from ludic_core.credit.constant import ConstantCredit
 from ludic_core.credit.episodic import EpisodicReturn
-from ludic_core.credit.filters import drop_zero_variance_groups
+from ludic_core.credit.filters import RolloutFilter, drop_zero_variance_groups, signal_groups
 from ludic_core.credit.group_norm import GroupNormalizedReturn
 from ludic_core.credit.groups import group_indices
 from ludic_core.credit.hybrid_norm import HybridNormalizedReturn
@@ -20,8 +20,10 @@ __all__ = [
     "HybridNormalizedReturn",
     "MonteCarloReturn",
     "PerStepReward",
+    "RolloutFilter",
     "TurnNormalizedReturn",
     "discounted_returns",
     "drop_zero_variance_groups",
     "group_indices",
+    "signal_groups",
 ]

@@ -7,13 +7,16 @@ effective batch (DAPO's "dynamic sampling" drops such groups and resamples).
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ludic_core.credit.base import check_rewards
 from ludic_core.credit.groups import group_indices
 from ludic_core.types import Rollout
 
-__all__ = ["drop_zero_variance_groups"]
+__all__ = ["RolloutFilter", "drop_zero_variance_groups", "signal_groups"]
+
+#: rollouts -> (those kept, in order; how many groups were dropped)
+RolloutFilter = Callable[[list[Rollout]], tuple[list[Rollout], int]]
 
 
 def drop_zero_variance_groups(rollouts: Sequence[Rollout]) -> tuple[list[Rollout], int]:
@@ -34,3 +37,10 @@ def drop_zero_variance_groups(rollouts: Sequence[Rollout]) -> tuple[list[Rollout
         else:
             dropped += 1
     return [r for i, r in enumerate(rollouts) if i in keep], dropped
+
+
+def signal_groups(rollouts: Sequence[Rollout]) -> int:
+    """Groups whose episodes do not all end with the same return (the ones with
+    a non-zero group-relative advantage somewhere): those the filter above keeps."""
+    kept, _ = drop_zero_variance_groups(rollouts)
+    return len({r.meta["group_id"] for r in kept})

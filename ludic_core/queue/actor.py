@@ -17,7 +17,7 @@ from pydantic import Field
 
 from ludic_core.compose.configs import AgentConfig, EnvConfig, SeedSchedule
 from ludic_core.compose.source import rollout_source
-from ludic_core.config import AlgorithmConfig, LocalInferenceConfig, VLLMEndpoint, group_size_of
+from ludic_core.config import AlgorithmConfig, LocalInferenceConfig, VLLMEndpoint
 from ludic_core.frozen import FrozenModel
 from ludic_core.models import tokenizer_fingerprint
 from ludic_core.publish.directory import read_latest
@@ -120,9 +120,8 @@ def _source(spec: ActorSpec, round_index: int) -> tuple[Any, int, str | None]:
         client = LocalChatClient(model_dir, policy_version=version, **spec.local.model_dump())
         fingerprint = tokenizer_fingerprint(client.tokenizer)
     source = rollout_source(spec.env, spec.agent, spec.schedule, build_algorithm(spec.algorithm), client,
-                            group_size=group_size_of(spec.algorithm), requests_per_draw=spec.requests_per_round,
-                            max_seq_len=spec.max_seq_len, first_draw=round_index * _DRAWS_PER_ROUND,
-                            strategy_seed=spec.schedule.start + round_index)
+                            requests_per_draw=spec.requests_per_round, max_seq_len=spec.max_seq_len,
+                            first_draw=round_index * _DRAWS_PER_ROUND, strategy_seed=spec.schedule.start + round_index)
     return source, version, fingerprint
 
 

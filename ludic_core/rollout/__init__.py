@@ -1,9 +1,21 @@
-"""Rollout requests, strategies and the concurrent engine."""
+"""Rollout requests, strategies and the concurrent engine.
 
-from ludic_core.rollout.engine import RolloutEngine
-from ludic_core.rollout.jsonl import append_rollouts, read_rollouts
-from ludic_core.rollout.requests import EnvSpec, ProtocolSpec, RolloutRequest
-from ludic_core.rollout.strategies import GRPORequestStrategy, IdentityStrategy, RequestStrategy
+Exports are resolved lazily (`ludic_core.lazy`): an algorithm holds its request
+strategy, and its config loads without the engine and the agents and clients
+the engine imports.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ludic_core.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ludic_core.rollout.engine import RolloutEngine
+    from ludic_core.rollout.jsonl import append_rollouts, read_rollouts
+    from ludic_core.rollout.requests import EnvSpec, ProtocolSpec, RolloutRequest
+    from ludic_core.rollout.strategies import GRPORequestStrategy, IdentityStrategy, RequestStrategy
 
 __all__ = [
     "EnvSpec",
@@ -16,3 +28,17 @@ __all__ = [
     "append_rollouts",
     "read_rollouts",
 ]
+
+_SOURCE = {
+    "RolloutEngine": "engine",
+    "append_rollouts": "jsonl",
+    "read_rollouts": "jsonl",
+    "EnvSpec": "requests",
+    "ProtocolSpec": "requests",
+    "RolloutRequest": "requests",
+    "GRPORequestStrategy": "strategies",
+    "IdentityStrategy": "strategies",
+    "RequestStrategy": "strategies",
+}
+
+__getattr__, __dir__ = lazy_exports(__name__, _SOURCE)

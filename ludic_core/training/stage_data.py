@@ -12,7 +12,6 @@ from typing import Any
 
 from ludic_core.batching.sources import OfflineBatchSource
 from ludic_core.compose.source import rollout_source
-from ludic_core.config import group_size_of
 from ludic_core.models import tokenizer_fingerprint
 from ludic_core.publish import InProcessPublisher
 from ludic_core.publish.directory import DirectoryPublisher
@@ -39,8 +38,7 @@ def batch_source(spec: StageSpec, algorithm: Any, tokenizer: Any, client: Any) -
         items, _ = load_sft_items(data.path, tokenizer, use=data.use)
         return OfflineBatchSource(items, batch_size=data.batch_size, seed=spec.trainer.seed)
     return rollout_source(data.env, data.agent, data.schedule, algorithm, client,
-                          group_size=group_size_of(spec.algorithm), requests_per_draw=data.requests_per_step,
-                          max_seq_len=spec.trainer.max_seq_len)
+                          requests_per_draw=data.requests_per_step, max_seq_len=spec.trainer.max_seq_len)
 
 
 def publisher_only(spec: StageSpec) -> Any:

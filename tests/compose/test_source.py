@@ -1,6 +1,7 @@
 """The one rollout-source builder: a synchronous stage and a pipeline actor draw the
 seed blocks and groups their configs say, from the same code."""
 
+from ludic_core.algorithms import make_grpo, make_reinforce
 from ludic_core.compose.configs import AgentConfig, EnvConfig, SeedSchedule
 from ludic_core.compose.source import rollout_source
 from ludic_core.inference import ScriptedChatClient
@@ -10,8 +11,9 @@ ENV, AGENT = EnvConfig(name="tic_tac_toe"), AgentConfig(max_turns=9)
 SCHEDULE = SeedSchedule(start=1_000, stride=1)
 
 
-def _source(**kw):
-    return rollout_source(ENV, AGENT, SCHEDULE, algorithm=None, client=ScriptedChatClient(lambda m: "1"),
+def _source(group_size=1, **kw):
+    algorithm = make_grpo(group_size=group_size) if group_size > 1 else make_reinforce()
+    return rollout_source(ENV, AGENT, SCHEDULE, algorithm=algorithm, client=ScriptedChatClient(lambda m: "1"),
                           max_seq_len=64, **kw)
 
 
@@ -26,6 +28,7 @@ def test_draw_i_plays_block_first_draw_plus_i_of_the_schedule():
 
 
 def test_groups_only_when_the_algorithm_compares_samples_of_one_prompt():
+    """The algorithm draws its own groups: the group size is stated once, in its config."""
     assert isinstance(_source(group_size=1, requests_per_draw=2).strategy, IdentityStrategy)
     grouped = _source(group_size=4, requests_per_draw=2, strategy_seed=7).strategy
     assert isinstance(grouped, GRPORequestStrategy) and grouped.group_size == 4

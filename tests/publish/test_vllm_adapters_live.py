@@ -109,7 +109,7 @@ def test_rollout_records_name_the_adapter_version(run):
 
     client, _, _ = run
     source = rollout_source(ENV, AGENT, SeedSchedule(start=5), build_algorithm(GRPOConfig(group_size=2)), client,
-                            group_size=2, requests_per_draw=2, max_seq_len=512)
+                            requests_per_draw=2, max_seq_len=512)
     items = source.next_batch().items  # what max_lag filtering reads
     assert items and {it.meta["policy_version"] for it in items} == {2}
 
