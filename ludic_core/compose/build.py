@@ -13,10 +13,10 @@ from typing import Any, Callable, Sequence
 from ludic_core.agents import Agent, ToolAgent
 from ludic_core.compose.configs import AgentConfig, ComponentConfig, EnvConfig
 from ludic_core.compose.policy import seeded_policy
-from ludic_core.compose.registry import ComponentError, call_with_kwargs, resolve
 from ludic_core.envs.base import LudicEnv
 from ludic_core.inference.sampling import InferenceSpec, SamplingConfig
 from ludic_core.interaction import MultiAgentProtocol, SingleAgentSyncProtocol
+from ludic_core.registry import ComponentError, call_with_kwargs, resolve
 from ludic_core.rollout import EnvSpec, ProtocolSpec, RolloutEngine, RolloutRequest
 
 __all__ = ["env_factory", "check_env", "check_agent", "agent_factory", "build_agent", "build_engine",

@@ -15,9 +15,9 @@ from typing import Any, ClassVar
 from pydantic import Field, field_validator
 
 from ludic_core.bounds import MAX_SEED, MAX_STRIDE, MAX_TURNS, bounded
-from ludic_core.compose.registry import check_ref
 from ludic_core.frozen import FrozenModel
 from ludic_core.inference.sampling import SamplingConfig
+from ludic_core.registry import check_ref
 
 __all__ = ["ComponentConfig", "EnvConfig", "AgentConfig", "SeedSchedule"]
 

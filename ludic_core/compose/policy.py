@@ -13,11 +13,11 @@ from typing import Any, Callable, Literal
 
 from pydantic import Field
 
-from ludic_core.compose.registry import call_with_kwargs, check_kwargs, check_ref, resolve
 from ludic_core.config import LocalInferenceConfig
 from ludic_core.frozen import FrozenModel
 from ludic_core.inference import ScriptedChatClient
 from ludic_core.models.fingerprint import tokenizer_fingerprint
+from ludic_core.registry import call_with_kwargs, check_kwargs, check_ref, resolve
 
 __all__ = ["ScriptedPolicy", "ModelPolicy", "check_policy", "seeded_policy", "scripted_client", "model_client",
            "http_client", "open_client"]

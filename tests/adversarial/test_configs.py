@@ -23,7 +23,7 @@ from flows.cli import load_flow, main
 from flows.examples import _examples
 from ludic_core.compose.build import agent_factory, check_env
 from ludic_core.compose.configs import AgentConfig, ComponentConfig, EnvConfig
-from ludic_core.compose.registry import BUNDLED, ComponentError, resolve
+from ludic_core.registry import BUNDLED, ComponentError, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -437,7 +437,7 @@ def test_env_factories_declare_what_they_build(tmp_path, monkeypatch, which, ok)
 @pytest.mark.parametrize("kind, name", [(k, n) for k, names in BUNDLED.items() for n in names])
 def test_every_bundled_component_passes_its_kind_check_on_its_own(kind, name):
     """Bundled paths are trusted (this project's code), yet each also declares its kind."""
-    from ludic_core.compose.kinds import check_kind
+    from ludic_core.registry.kinds import check_kind
 
     resolve(kind, name)  # trusted: passes
     check_kind(kind, resolve(kind, name), BUNDLED[kind][name])

@@ -7,10 +7,10 @@ from pydantic import ValidationError
 
 from ludic_core.compose.build import build_agent, build_engine, check_env, episode_requests
 from ludic_core.compose.configs import AgentConfig, ComponentConfig, EnvConfig
-from ludic_core.compose.registry import ComponentError
 from ludic_core.envs import SingleAgentEnv
 from ludic_core.eval import evaluate_policy
 from ludic_core.inference import ScriptedChatClient
+from ludic_core.registry import ComponentError
 from ludic_core.types import StepOutcome
 
 
@@ -88,12 +88,12 @@ def test_a_multi_agent_env_seats_the_same_policy_in_every_seat():
 def test_names_are_resolved_once_per_engine_not_per_episode(monkeypatch):
     """Resolving a name scans every installed distribution's entry points (~30 ms here):
     per episode it was 90% of a scripted teacher's time. An engine resolves each name once."""
-    from ludic_core.compose import registry
     from ludic_core.envs.tic_tac_toe_players import minimax_teacher
+    from ludic_core.registry import names
 
     scans = []
-    real = registry.entry_points
-    monkeypatch.setattr(registry, "entry_points", lambda **kw: scans.append(kw["group"]) or real(**kw))
+    real = names.entry_points
+    monkeypatch.setattr(names, "entry_points", lambda **kw: scans.append(kw["group"]) or real(**kw))
     env = EnvConfig(name="tic_tac_toe", kwargs={"opponent": "random"})
     agent = AgentConfig(parser=ComponentConfig(name="xml_tag", kwargs={"tag": "move"}), max_turns=9)
     engine = build_engine(env, agent, ScriptedChatClient(minimax_teacher()))

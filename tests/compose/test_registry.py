@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from ludic_core.compose.registry import ComponentError, call_with_kwargs, check_ref, registered, resolve
+from ludic_core.registry import ComponentError, call_with_kwargs, check_ref, registered, resolve
 
 
 def test_bundled_names_resolve_without_importing_the_rest():
@@ -74,3 +74,11 @@ def test_a_user_package_registers_an_env_by_entry_point(tmp_path, monkeypatch):
     env = resolve("env", "coin")()
     assert env.reset(0) == {"agent_0": ("heads or tails?", {})}
     sys.modules.pop("my_games", None)
+
+
+def test_the_registry_s_old_import_path_still_works():
+    """The registry moved below the algorithms (a custom one resolves its credit and loss
+    through it); `ludic_core.compose.registry` re-exports it."""
+    from ludic_core.compose import registry as old
+
+    assert (old.resolve, old.check_ref, old.ComponentError) == (resolve, check_ref, ComponentError)

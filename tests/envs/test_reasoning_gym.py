@@ -52,7 +52,7 @@ def test_a_bad_config_is_an_error_naming_the_problem(kwargs, match):
 def test_the_preflight_names_a_bad_task_before_any_episode():
     from ludic_core.compose.build import check_env
     from ludic_core.compose.configs import EnvConfig
-    from ludic_core.compose.registry import ComponentError
+    from ludic_core.registry import ComponentError
 
     check_env(EnvConfig(name="reasoning_gym", kwargs={"tasks": MIX}))
     with pytest.raises(ComponentError, match=r"env 'reasoning_gym' failed to build .*unknown task 'sudokuu'"):

@@ -14,7 +14,6 @@ from textarena.envs.TicTacToe.env import TicTacToeEnv as _TextArenaTicTacToe
 from ludic_core.agents import Agent
 from ludic_core.compose.build import build_engine, check_env, episode_requests
 from ludic_core.compose.configs import AgentConfig, EnvConfig
-from ludic_core.compose.registry import ComponentError
 from ludic_core.context import SlidingWindowContext
 from ludic_core.envs.base import EnvError
 from ludic_core.envs.textarena import (
@@ -28,6 +27,7 @@ from ludic_core.envs.textarena import (
 )
 from ludic_core.inference import InferenceSpec, LocalChatClient, SamplingConfig, ScriptedChatClient
 from ludic_core.interaction import MultiAgentProtocol, SingleAgentSyncProtocol
+from ludic_core.registry import ComponentError
 
 
 def _agent(policy, tok=None) -> Agent:

@@ -16,11 +16,11 @@ from ludic_core.algorithms import make_grpo
 from ludic_core.batching.sources import OfflineBatchSource, RolloutBatchSource
 from ludic_core.compose.build import build_engine, check_env, episode_requests
 from ludic_core.compose.configs import AgentConfig, EnvConfig
-from ludic_core.compose.registry import ComponentError
 from ludic_core.config import TrainerConfig
 from ludic_core.envs.verifiers_taskset import UnsupportedTaskset, VerifiersTasksetEnv, load_tasks
 from ludic_core.inference import LocalChatClient, SamplingConfig, ScriptedChatClient
 from ludic_core.interaction import SingleAgentSyncProtocol
+from ludic_core.registry import ComponentError
 from ludic_core.rollout import GRPORequestStrategy
 from ludic_core.training.trainer import Trainer
 

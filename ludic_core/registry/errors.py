@@ -1,4 +1,4 @@
-"""The one error of the composition layer: a config names what cannot be found or built."""
+"""The one error of naming components: a config names what cannot be found or built."""
 
 __all__ = ["ComponentError"]
 

@@ -9,6 +9,9 @@ namespace, the module's own code, which its import already ran):
 
 - env:     a class subclassing `LudicEnv`, or a function (or method) annotated `-> SomeLudicEnv`;
 - context: a class implementing `ContextStrategy`, or a function annotated to return one;
+- credit:  a class implementing `CreditAssigner` (`compute`), or a function annotated to return one;
+- loss:    a class with what `ludic_core.losses.Loss` asks (a `__call__`, and `needs_entropy` and
+           `needs_actor_logprobs` declared on the class), or a function annotated to return one;
 - parser:  a function annotated to return a parser (`-> Parser`, a callable returning `ParseResult`);
 - policy:  a function annotated to return a policy (a callable returning `str`);
 - tool:    a Python function, outside the standard library, with every parameter
@@ -26,10 +29,11 @@ import sys
 import typing
 from typing import Any, Callable
 
-from ludic_core.compose.errors import ComponentError
 from ludic_core.context.base import ContextStrategy
+from ludic_core.credit.base import CreditAssigner
 from ludic_core.envs.base import LudicEnv
 from ludic_core.parsers import ParseResult
+from ludic_core.registry.errors import ComponentError
 
 __all__ = ["check_kind"]
 
@@ -67,16 +71,30 @@ def _returns_callable_of(ann: Any, result: type) -> bool:
     return bool(args) and _is_class_of(args[-1], result)
 
 
-def _env_ok(obj: Any) -> bool:
-    if inspect.isclass(obj):
-        return issubclass(obj, LudicEnv)
-    return _is_class_of(_return_annotation(obj), LudicEnv)
+def _makes(is_kind: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    """A check that passes a class that `is_kind`, or a function annotated to return one."""
+    return lambda obj: is_kind(obj if inspect.isclass(obj) else _return_annotation(obj))
 
 
-def _context_ok(obj: Any) -> bool:
-    if inspect.isclass(obj):
-        return _is_class_of(obj, ContextStrategy)
-    return _is_class_of(_return_annotation(obj), ContextStrategy)
+def _subclass_of(base: type) -> Callable[[Any], bool]:
+    return lambda cls: _is_class_of(cls, base)
+
+
+#: what `ludic_core.losses.Loss` asks a loss to declare (read here without importing torch)
+_LOSS_FLAGS = ("needs_entropy", "needs_actor_logprobs")
+
+
+def _is_loss_class(cls: Any) -> bool:
+    """A class that defines `__call__` and declares each of `_LOSS_FLAGS` (a class attribute,
+    or an annotated field a dataclass sets), itself or in a base other than `object`."""
+    if not inspect.isclass(cls):
+        return False
+    bases = [k for k in cls.__mro__ if k is not object]
+
+    def declares(name: str) -> bool:
+        return any(name in vars(k) or name in inspect.get_annotations(k) for k in bases)
+
+    return declares("__call__") and all(declares(flag) for flag in _LOSS_FLAGS)
 
 
 def _parser_ok(obj: Any) -> bool:
@@ -106,8 +124,17 @@ def _tool_ok(obj: Any) -> bool:
 
 # kind -> (check, what passes, how to make it pass): both said in the error
 _RULES: dict[str, tuple[Callable[[Any], bool], str, str]] = {
-    "env": (_env_ok, "a LudicEnv factory", "subclass LudicEnv, or annotate its return type as a LudicEnv subclass"),
-    "context": (_context_ok, "a context factory", "implement ContextStrategy, or annotate its return type as one"),
+    "env": (_makes(_subclass_of(LudicEnv)), "a LudicEnv factory",
+            "subclass LudicEnv, or annotate its return type as a LudicEnv subclass"),
+    "context": (_makes(_subclass_of(ContextStrategy)), "a context factory",
+                "implement ContextStrategy, or annotate its return type as one"),
+    "credit": (_makes(_subclass_of(CreditAssigner)), "a credit assigner",
+               "implement CreditAssigner: compute(rollouts) -> one weight per step of each rollout; or annotate "
+               "a factory's return type as such a class"),
+    "loss": (_makes(_is_loss_class), "a loss",
+             "implement ludic_core.losses.Loss: __call__(inputs) -> LossOutputs, and needs_entropy and "
+             "needs_actor_logprobs declared on the class as bools; or annotate a factory's return type as such a "
+             "class"),
     "parser": (_parser_ok, "a parser factory", "annotate its return type as ludic_core.parsers.Parser"),
     "policy": (_policy_ok, "a policy factory", "annotate its return type as Callable[[list[Message]], str]"),
     "tool": (_tool_ok, "a tool", "a Python function outside the standard library, every parameter annotated"),
