@@ -68,7 +68,10 @@ class PipelineTrainerConfig(LaunchConfig):
         return self
 
     def preflight(self) -> None:
+        from ludic_core.compose.build import check_algorithm
+
         require_model_dir("model_path", self.model_path)
+        check_algorithm(self.algorithm)
 
 
 @flow(name="pipeline_trainer")
@@ -131,10 +134,11 @@ class PipelineActorConfig(FlowConfig):
         return self
 
     def preflight(self) -> None:
-        from ludic_core.compose.build import check_agent, check_env
+        from ludic_core.compose.build import check_agent, check_algorithm, check_env
 
         check_env(self.env)
         check_agent(self.agent)
+        check_algorithm(self.algorithm)
 
 
 @flow(name="pipeline_actor", task_runner=ThreadPoolTaskRunner(max_workers=16))

@@ -117,11 +117,12 @@ class PipelineRLConfig(LaunchConfig):
         return self
 
     def preflight(self) -> None:
-        from ludic_core.compose.build import check_agent, check_env
+        from ludic_core.compose.build import check_agent, check_algorithm, check_env
 
         require_model_dir("model_path", self.model_path)
         check_env(self.env)
         check_agent(self.agent)
+        check_algorithm(self.algorithm)
 
     @property
     def backlog(self) -> int:

@@ -18,7 +18,7 @@ from ludic_core.compose.configs import AgentConfig, EnvConfig, SeedSchedule
 from ludic_core.compose.policy import ModelPolicy
 from ludic_core.compose.serving import server_for_run
 from ludic_core.config import (RL_TRAINER, AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig,
-                               group_size_of)
+                               VLLMEndpoint, group_size_of)
 from ludic_core.training.stage import RolloutData, StageSpec
 from tasks.artifacts import adapters_artifact, learning_curve_artifact, table_artifact
 from tasks.evaluation import evaluate_policy
@@ -62,11 +62,12 @@ class RLTrainConfig(TrainingConfig):
         return self
 
     def preflight(self) -> None:
-        from ludic_core.compose.build import check_agent, check_env
+        from ludic_core.compose.build import check_agent, check_algorithm, check_env
 
         require_model_dir("model_path", self.model_path)
         check_env(self.env)
         check_agent(self.agent)
+        check_algorithm(self.algorithm)
         if self.eval_env is not None:
             check_env(self.eval_env)
 
@@ -85,14 +86,19 @@ def _rl_train(cfg: RLTrainConfig) -> str:
                               lora=cfg.trainer.lora)
                if cfg.inference == "vllm" else nullcontext((None, None)))
     with serving as (endpoint, run_one):
-        spec = StageSpec(model_path=cfg.model_path, checkpoint_dir=f"{cfg.out_dir}/checkpoints",
-                         algorithm=cfg.algorithm, trainer=cfg.trainer, until_step=cfg.steps,
-                         data=RolloutData(env=cfg.env, agent=cfg.agent, requests_per_step=cfg.requests_per_step,
-                                          schedule=cfg.schedule),
-                         metrics_path=f"{cfg.out_dir}/metrics.jsonl", progress_bar=cfg.progress_bar,
-                         title=f"RL ({cfg.algorithm.type})", vllm=endpoint, local=cfg.local, nodes=cfg.nodes,
-                         wandb=wandb_spec(cfg.wandb_block, run_name=f"rl:{cfg.out_dir}", directory=cfg.out_dir))
-        return _train_and_evaluate(cfg, spec, run_one)
+        return _train_and_evaluate(cfg, stage_spec(cfg, endpoint), run_one)
+
+
+def stage_spec(cfg: RLTrainConfig, endpoint: VLLMEndpoint | None = None) -> StageSpec:
+    """What each of the run's training stages runs (up to `cfg.steps`; `run_stages` sets each
+    stage's end): fresh rollouts of `cfg.env`, credit and loss from `cfg.algorithm`."""
+    return StageSpec(model_path=cfg.model_path, checkpoint_dir=f"{cfg.out_dir}/checkpoints",
+                     algorithm=cfg.algorithm, trainer=cfg.trainer, until_step=cfg.steps,
+                     data=RolloutData(env=cfg.env, agent=cfg.agent, requests_per_step=cfg.requests_per_step,
+                                      schedule=cfg.schedule),
+                     metrics_path=f"{cfg.out_dir}/metrics.jsonl", progress_bar=cfg.progress_bar,
+                     title=f"RL ({cfg.algorithm.type})", vllm=endpoint, local=cfg.local, nodes=cfg.nodes,
+                     wandb=wandb_spec(cfg.wandb_block, run_name=f"rl:{cfg.out_dir}", directory=cfg.out_dir))
 
 
 def _train_and_evaluate(cfg: RLTrainConfig, spec: StageSpec, run_one) -> str:

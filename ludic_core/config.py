@@ -15,8 +15,9 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from ludic_core.algorithms import (AlgorithmConfig, CISPOConfig, DynamicSampling, GRPOConfig, GSPOConfig,
-                                   ReinforceBaselineConfig, ReinforceConfig, RolloutReuse, ScaleRLConfig, SFTConfig)
+from ludic_core.algorithms import (AlgorithmConfig, CISPOConfig, CustomConfig, DynamicSampling, GRPOConfig,
+                                   GSPOConfig, ReinforceBaselineConfig, ReinforceConfig, RolloutReuse, ScaleRLConfig,
+                                   SFTConfig)
 from ludic_core.bounds import (MAX_BUCKET_MB, MAX_CHECKPOINTS, MAX_CONCURRENCY, MAX_LORA_RANK, MAX_SEED, MAX_SEQ_LEN,
                                MAX_STEPS, MAX_TOKEN_BUDGET, bounded)
 from ludic_core.frozen import FrozenModel
@@ -30,6 +31,7 @@ __all__ = [
     "CISPOConfig",
     "SFTConfig",
     "ScaleRLConfig",
+    "CustomConfig",
     "DynamicSampling",
     "RolloutReuse",
     "AlgorithmConfig",

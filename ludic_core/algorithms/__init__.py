@@ -17,7 +17,8 @@ Adding an algorithm is adding one file, `ludic_core/algorithms/<name>.py`:
 
 Reach losses through the package (`from ludic_core import losses`, then
 `losses.MyLoss` in `build`): configs load without torch, and the loss loads it
-when it is built.
+when it is built. A credit and a loss of your own, outside this project, need no
+file here: `type: custom` names them by import path (`custom.py`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pydantic import Field
 
 from ludic_core.algorithms.base import AlgorithmBase, GroupAlgorithmBase, preset
 from ludic_core.algorithms.cispo import CISPOConfig, make_cispo
+from ludic_core.algorithms.custom import CustomConfig
 from ludic_core.algorithms.dynamic_sampling import DynamicSampling
 from ludic_core.algorithms.grpo import GRPOConfig, make_grpo
 from ludic_core.algorithms.gspo import GSPOConfig, make_gspo
@@ -45,6 +47,7 @@ __all__ = [
     "AlgorithmBase",
     "AlgorithmConfig",
     "CISPOConfig",
+    "CustomConfig",
     "DynamicSampling",
     "GRPOConfig",
     "GSPOConfig",

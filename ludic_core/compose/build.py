@@ -11,6 +11,7 @@ import inspect
 from typing import Any, Callable, Sequence
 
 from ludic_core.agents import Agent, ToolAgent
+from ludic_core.algorithms import AlgorithmConfig
 from ludic_core.compose.configs import AgentConfig, ComponentConfig, EnvConfig
 from ludic_core.compose.policy import seeded_policy
 from ludic_core.envs.base import LudicEnv
@@ -19,8 +20,8 @@ from ludic_core.interaction import MultiAgentProtocol, SingleAgentSyncProtocol
 from ludic_core.registry import ComponentError, call_with_kwargs, resolve
 from ludic_core.rollout import EnvSpec, ProtocolSpec, RolloutEngine, RolloutRequest
 
-__all__ = ["env_factory", "check_env", "check_agent", "agent_factory", "build_agent", "build_engine",
-           "episode_requests", "PROTOCOL"]
+__all__ = ["env_factory", "check_env", "check_agent", "check_algorithm", "agent_factory", "build_agent",
+           "build_engine", "episode_requests", "PROTOCOL"]
 
 #: The engine's protocol key for agents built from an AgentConfig.
 PROTOCOL = "agent"
@@ -60,6 +61,12 @@ def check_env(cfg: EnvConfig) -> None:
         raise ComponentError(f"env {cfg.name!r} failed to build from its kwargs: {type(exc).__name__}: {exc}") from exc
     if not isinstance(env, LudicEnv):
         raise ComponentError(f"env {cfg.name!r} built a {type(env).__name__}, not a LudicEnv")
+
+
+def check_algorithm(cfg: AlgorithmConfig) -> None:
+    """Build the algorithm once, so a custom one's credit and loss resolve, pass their kind
+    checks and take their kwargs when a flow starts, not in its first training stage."""
+    cfg.build()
 
 
 def check_agent(cfg: AgentConfig) -> None:
