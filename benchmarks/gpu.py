@@ -37,6 +37,7 @@ Steps are interleaved and medians reported; nothing is asserted about time.
 
     python benchmarks/gpu.py                          # on a CUDA machine
     .venv/bin/python benchmarks/gpu.py --device cpu --small   # prove the code path here
+    .venv/bin/python benchmarks/gpu.py --smoke        # CI: toy sizes; without CUDA, the CPU twin (it says so)
 """
 
 from __future__ import annotations
@@ -81,6 +82,9 @@ class Sizes:
 
 FULL = Sizes(896, 24, 14, 2, 4864, 64, (256, 1536), 32_768, 5, (64, 128), 128, 3, 16, 8, 128, 4)
 SMALL = Sizes(64, 2, 4, 2, 128, 8, (64, 192), 512, 2, (4, 8), 16, 2, 4, 4, 16, 2)
+# --smoke: every section and contestant once at toy sizes, with a 512-token vocabulary (the byte
+# tokenizer's 260 fit): bf16 on a CPU is emulated, and at 151,936 a CPU trainer step takes minutes
+SMOKE = Sizes(64, 2, 4, 2, 128, 2, (32, 64), 256, 1, (2,), 4, 1, 2, 2, 4, 1, vocab=512)
 
 
 # ---- shared helpers ---------------------------------------------------------------
@@ -353,7 +357,7 @@ def section_generate(args, s: Sizes, device: torch.device) -> None:
             cell = f"{tps[k]:>9.0f}{batch * n / tps[k]:>10.3f}" if k in tps else f"{'OOM':>9}"
             print(f"{batch:>5}  {k:<17}{cell}{note}")
         if "LocalChatClient" in tps and "HF generate" in tps:
-            print(f"{batch:>5}  ratio (local / generate): {tps['LocalChatClient'] / tps['HF generate']:.2f}x"
+            print(f"ratio (local / generate) tok/s, batch {batch}: {tps['LocalChatClient'] / tps['HF generate']:.2f}x"
                   f"   (eager step: {tps.get('local, eager step', 0) / tps['HF generate']:.2f}x)"
                   f"   prompts {min(map(len, prompts))}..{width} tokens;"
                   f" compile + capture so far {client.stats['compile_seconds']:.1f} s (once per shape bucket)")
@@ -516,18 +520,27 @@ def main() -> int:
                     "flex_attention, sdpa (a dense document mask) or none (the default)")
     ap.add_argument("--no-compile", action="store_true", help="leave out the trainer section's compiled contestant")
     ap.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak for MFU (H100 SXM: 989)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CI: every section at toy sizes (vocab 512), one timed run each; without CUDA it runs "
+                         "the CPU twin (--device cpu) instead of skipping, and says so")
     args = ap.parse_args()
+    if args.smoke:
+        args.repeats = 1
+        if args.device != "cpu" and not cuda_available():
+            print("no CUDA: --smoke runs the CPU twin (--device cpu): it proves the code path, measures no GPU")
+            args.device = "cpu"
     if args.device != "cpu" and not cuda_available():
         print("no CUDA: nothing to measure (run on a GPU machine)")
         return 0
     device = resolve_device(args.device)
-    s = SMALL if args.small else FULL
+    s = SMOKE if args.smoke else SMALL if args.small else FULL
     import transformers
 
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu, {torch.get_num_threads()} threads"
     print(f"device: {name}; torch {torch.__version__}, transformers {transformers.__version__}; "
           f"model: {s.layers} layers, hidden {s.hidden}, heads {s.heads}/{s.kv_heads}, MLP {s.intermediate}, "
-          f"vocab {s.vocab} ({'small' if args.small else 'Qwen2.5-0.5B shape'}, random weights)")
+          f"vocab {s.vocab} ({'smoke' if args.smoke else 'small' if args.small else 'Qwen2.5-0.5B shape'}, "
+          "random weights)")
     for section in args.sections:
         SECTIONS[section](args, s, device)
         gc.collect()

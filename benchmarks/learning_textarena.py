@@ -11,15 +11,18 @@ compare), with max_seq_len 1024 (TextArena's first observation alone is ~650
 tokens).
 
     .venv/bin/python benchmarks/learning_textarena.py [--sft-steps 40] [--rl-steps 0] [--out runs/learn-textarena]
+    .venv/bin/python benchmarks/learning_textarena.py --smoke   # CI: every stage once (RL too), a few episodes
 
 The defaults are what a 2-core CPU shared with other jobs could afford (docs/results.md): an
-SFT step on TextArena's ~500-token items took 23 s there at batch 64.
+SFT step on TextArena's ~500-token items took 23 s there at batch 64. The last line is the ratio of
+TextArena's first-seat win+draw to ours after the last stage (n/a where ours is 0 or one recipe ran).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 import time
 from pathlib import Path
 
@@ -31,6 +34,21 @@ COLUMNS = {
     "textarena_tic_tac_toe": [("first win+draw", "P0/win_draw_rate"), ("second win+draw", "P1/win_draw_rate"),
                               ("bad move rate", "invalid_move_rate")],
 }
+
+
+#: --smoke: every stage of both chains, GRPO included, on a handful of episodes and steps
+SMOKE = {"teacher_episodes": 4, "sft_steps": 1, "sft_batch": 2, "rl_steps": 1, "rl_requests": 1, "group_size": 2,
+         "eval_episodes": 2}
+
+
+def score_ratio(rows: list[dict]) -> str:
+    """TextArena's first-seat win+draw over ours, after the last stage each ran."""
+    last = {row["recipe"]: row["first win+draw"] for row in rows}  # rows run in stage order
+    if set(last) != set(RECIPES):
+        return "ratio (textarena_tic_tac_toe / tic_tac_toe) first win+draw: n/a, one recipe ran"
+    ours, theirs = last["tic_tac_toe"], last["textarena_tic_tac_toe"]
+    return ("ratio (textarena_tic_tac_toe / tic_tac_toe) first win+draw, last stage: "
+            + (f"{theirs / ours:.2f}x" if ours > 0 else "n/a, ours scored 0"))
 
 
 def _recipe(name: str):
@@ -104,19 +122,27 @@ def main() -> None:
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--eval-episodes", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default="runs/learn-textarena")
+    ap.add_argument("--out", help="the run's directory (default runs/learn-textarena; with --smoke a temporary one)")
+    ap.add_argument("--smoke", action="store_true",
+                    help=f"CI: {', '.join(f'{k} {v}' for k, v in SMOKE.items())}; proves both chains run")
     args = ap.parse_args()
-    rows: list[dict] = []
-    start = time.perf_counter()
-    for name in args.recipes:
-        rows += run(name, args)
-    cols = list(rows[0])
-    print("\n" + " | ".join(cols))
-    for row in rows:
-        print(" | ".join(str(row[c]) for c in cols))
-    print(f"total wall time {time.perf_counter() - start:.1f} s ({args.eval_episodes} greedy games per evaluation)")
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / "learning.json").write_text(json.dumps({"rows": rows, "args": vars(args)}, indent=1))
+    if args.smoke:
+        vars(args).update(SMOKE)
+    with tempfile.TemporaryDirectory(prefix="ludic-learning-smoke-") as tmp:
+        # a smoke never writes into (or reuses the stages of) a real run's directory
+        args.out = args.out or (tmp if args.smoke else "runs/learn-textarena")
+        rows: list[dict] = []
+        start = time.perf_counter()
+        for name in args.recipes:
+            rows += run(name, args)
+        cols = list(rows[0])
+        print("\n" + " | ".join(cols))
+        for row in rows:
+            print(" | ".join(str(row[c]) for c in cols))
+        print(f"total wall time {time.perf_counter() - start:.1f} s ({args.eval_episodes} greedy games per evaluation)")
+        print(score_ratio(rows))
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "learning.json").write_text(json.dumps({"rows": rows, "args": vars(args)}, indent=1))
 
 
 if __name__ == "__main__":

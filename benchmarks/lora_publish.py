@@ -16,6 +16,7 @@ without (merge, then pause, gloo weight transfer, resume). Each push is timed
 end to end, as the trainer waits for it.
 
     .venv/bin/python benchmarks/lora_publish.py [--preset tiny-10m] [--pushes 10] [--rank 8] [--vllm]
+    .venv/bin/python benchmarks/lora_publish.py --smoke [--vllm]   # CI: tiny-1m, 2 pushes each
 """
 
 from __future__ import annotations
@@ -76,6 +77,11 @@ def _report(title: str, times: dict[str, list[float]], labels: dict[str, str]) -
     print(f"  {labels['merged']:<40}{m * 1e3:9.2f} ms   adapter is {m / a:.1f}x faster")
 
 
+def _ratio(times: dict[str, list[float]]) -> str:
+    return (f"ratio (merged full weights / adapter) push time: "
+            f"{statistics.median(times['merged']) / statistics.median(times['adapter']):.2f}x")
+
+
 def bench_vllm(args: argparse.Namespace, root: Path, model_dir: Path) -> None:
     from ludic_core.inference.vllm_server import VLLMServerConfig, start_vllm_server
     from ludic_core.publish.vllm import VLLMPolicyPublisher
@@ -100,6 +106,7 @@ def bench_vllm(args: argparse.Namespace, root: Path, model_dir: Path) -> None:
           f"adapter {pushed['adapter']:.3f} MB per push, merged weights {pushed['merged']:.1f} MB")
     _report("push into a running vLLM server per step", times,
             {"adapter": "adapter (write + /v1/load_lora_adapter)", "merged": "merged full weights (gloo weight push)"})
+    print(_ratio(times))
 
 
 def main() -> None:
@@ -109,7 +116,10 @@ def main() -> None:
     ap.add_argument("--rank", type=int, default=8)
     ap.add_argument("--vllm", action="store_true", help="push into a live vLLM server instead of in-process "
                                                         "engines (needs `ludic serve --setup`)")
+    ap.add_argument("--smoke", action="store_true", help="CI: tiny-1m, 2 pushes each; proves the code path")
     args = ap.parse_args()
+    if args.smoke:
+        args.preset, args.pushes = "tiny-1m", 2
     if args.vllm:
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
@@ -146,6 +156,7 @@ def main() -> None:
                   f"whole checkpoint {_size(path) / 1e6:9.3f} MB   save {secs:.2f} s")
         ratio = _size(full_ckpt / "model", "*.safetensors") / _size(lora_ckpt / "model", "*.safetensors")
         print(f"  model files: full / adapter = {ratio:.0f}x; whole: {_size(full_ckpt) / _size(lora_ckpt):.0f}x")
+        print(_ratio(times))
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ The first run also makes the warm-start model (about 1.5 min; shared with grpo_s
 and cached), then the default run takes about 15 s.
 
     .venv/bin/python benchmarks/multi_turn.py [--preset tiny-1m] [--games 64] [--repeats 5]
+    .venv/bin/python benchmarks/multi_turn.py --smoke   # CI: 2 games, one timed run, a 2-step warm start
 """
 
 from __future__ import annotations
@@ -77,7 +78,12 @@ def main() -> int:
     ap.add_argument("--sft-steps", type=int, default=DEFAULT_SFT_STEPS,
                     help="warm-start SFT steps on the teacher's games (0: random weights); made once, cached")
     ap.add_argument("--model-dir", help="an existing HF model dir with the byte tokenizer (skips the warm start)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CI: 2 games, one timed run each, a 2-step SFT warm start (its replies rarely parse, so "
+                         "games are short); proves the code path")
     args = ap.parse_args()
+    if args.smoke:
+        args.games, args.repeats, args.sft_steps = 2, 1, 2
 
     from ludic_core.compose.build import build_engine, episode_requests
     from ludic_core.models import load_model_and_tokenizer
@@ -149,6 +155,8 @@ def main() -> int:
     if len(eps) == 2:
         a, b = eps["continuous"], eps["batched per turn"]
         print(f"ratio (continuous / batched per turn) episodes/s: {a / b:.2f}x")
+    else:
+        print("ratio (continuous / batched per turn) episodes/s: n/a, LocalChatClient has no continuous_batching")
     print("all run seconds: " + " | ".join(f"{n} " + " ".join(f"{x['s']:.2f}" for x in runs[n]) for n in names))
     return 0
 

@@ -10,13 +10,16 @@ once, when torch loads it:
 - `ludic_core first`: `import ludic_core` sets the wait policy before torch loads.
 Printed: the median microseconds of a [64, 128] x [128, 384] matmul on the main thread
 alone, on a second thread, then on each again; the ratio is the last main-thread median
-over the first. Meaningful with 2+ cores and torch's default threads.
+over the first. Meaningful with 2+ cores and torch's default threads. The last line compares the
+two modes: the last main-thread median of `ludic_core first` over that of `torch first`.
 
     .venv/bin/python benchmarks/openmp_threads.py
+    .venv/bin/python benchmarks/openmp_threads.py --smoke   # CI: one round, medians of 20
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -33,7 +36,7 @@ import ludic_core
 
 x, w = torch.randn(64, 128), torch.randn(384, 128)
 
-def median_us(n=400):
+def median_us(n=int(sys.argv[2])):
     ts = []
     with torch.no_grad():
         for _ in range(n):
@@ -50,13 +53,23 @@ print(f"{sys.argv[1]:<18}{ludic_core.openmp.status():<12}{torch.get_num_threads(
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--smoke", action="store_true", help="CI: one round of each mode, medians of 20 matmuls")
+    args = ap.parse_args()
+    rounds, n = (1, 20) if args.smoke else (2, 400)
     env = {k: v for k, v in os.environ.items() if k not in SETTINGS}
     print(f"{'mode':<18}{'openmp':<12}{'threads':>8}{'main':>9}{'other':>9}{'main':>9}{'other':>9}{'main':>9}"
           f"{'ratio':>9}")
-    for _ in range(2):
+    last_main: dict[str, float] = {}
+    for _ in range(rounds):
         for mode in ("torch first", "ludic_core first"):
-            subprocess.run([sys.executable, "-c", CHILD, mode], env=env, check=True)
-    print("(us per matmul, medians of 400; ratio: the last main-thread median over the first)")
+            row = subprocess.run([sys.executable, "-c", CHILD, mode, str(n)], env=env, check=True,
+                                 stdout=subprocess.PIPE, text=True).stdout
+            print(row, end="", flush=True)
+            last_main[mode] = float(row.splitlines()[-1].split()[-2])  # its last main-thread median (us)
+    print(f"(us per matmul, medians of {n}; ratio: the last main-thread median over the first)")
+    print(f"ratio (ludic_core first / torch first) main-thread us after a second thread: "
+          f"{last_main['ludic_core first'] / last_main['torch first']:.2f}x")
 
 
 if __name__ == "__main__":

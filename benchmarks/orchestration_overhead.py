@@ -8,6 +8,7 @@ counted separately); the plain side calls the ludic_core functions the tasks
 wrap. Target: ratio <= 1.05x.
 
     .venv/bin/python benchmarks/orchestration_overhead.py [--sft-steps 30 --rl-steps 4]
+    .venv/bin/python benchmarks/orchestration_overhead.py --smoke   # CI: both chains, 1 SFT and 1 RL step
 """
 
 from __future__ import annotations
@@ -68,7 +69,11 @@ def main() -> None:
     ap.add_argument("--sft-steps", type=int, default=30)
     ap.add_argument("--rl-steps", type=int, default=4)
     ap.add_argument("--eval-games", type=int, default=50)
+    ap.add_argument("--smoke", action="store_true",
+                    help="CI: 8 teacher games, 1 SFT step, 1 RL step, 1 game per mark per evaluation")
     a = ap.parse_args()
+    if a.smoke:
+        a.teacher_games, a.sft_steps, a.rl_steps, a.eval_games = 8, 1, 1, 1
     root = Path(tempfile.mkdtemp(prefix="ludic-orch-"))
     try:
         t = time.perf_counter()

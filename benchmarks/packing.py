@@ -10,6 +10,7 @@ alternate between the two trainers to share machine noise; the gradients are
 the same (tests/training/test_trainer_packing.py), so only time differs.
 
     .venv/bin/python benchmarks/packing.py [--workload mixed] [--preset tiny-10m] [--budgets 4096 16384]
+    .venv/bin/python benchmarks/packing.py --smoke   # CI: tiny-1m, 4 items, one budget, one timed step
 """
 
 from __future__ import annotations
@@ -50,7 +51,10 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64, help="items per optimizer step")
     ap.add_argument("--budgets", type=int, nargs="+", default=[4096, 16384])
     ap.add_argument("--workload", choices=["dialogs", "mixed"], default="mixed")
+    ap.add_argument("--smoke", action="store_true", help="CI: tiny-1m, 4 items, budget 1024, one timed step")
     args = ap.parse_args()
+    if args.smoke:
+        args.preset, args.steps, args.batch, args.budgets = "tiny-1m", 1, 4, [1024]
     model_dir = build_tiny_model(Path(tempfile.gettempdir()) / f"ludic-bench-{args.preset}", args.preset)
     _, tok = load_model_and_tokenizer(model_dir)
     items = full_dialog_items(tok, games=48)[: args.batch] if args.workload == "dialogs" else mixed_items(args.batch)
@@ -78,7 +82,7 @@ def main() -> None:
             print(f"{budget:>7} {'packed' if packing else 'padded':<8}{m['micro_batches']:>14.0f}"
                   f"{m['padding_waste'] * 100:>8.1f}%{s:>15.3f}{sum(lengths) / s:>10.0f}")
         ratio = statistics.median(times[True]) / statistics.median(times[False])
-        print(f"{budget:>7} packed / padded step time: {ratio:.3f}x")
+        print(f"ratio (packed / padded) step time, budget {budget}: {ratio:.3f}x")
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ as a serving engine's prefix cache would; B prefills every row whole.
 
     .venv/bin/python benchmarks/rollout_throughput.py --preset tiny-1m
     .venv/bin/python benchmarks/rollout_throughput.py --ragged      # rows of different lengths
+    .venv/bin/python benchmarks/rollout_throughput.py --smoke       # CI: 2 rows x 4 tokens, one timed run
 """
 
 from __future__ import annotations
@@ -114,7 +115,11 @@ def main() -> None:
                          "do; generate ends each at its length (a stopping criterion) and, as it does for eos, "
                          "pads finished rows until the longest ends")
     ap.add_argument("--json", action="store_true", help="also print one JSON line")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CI: 2 rows x 4 tokens, one timed run each (with the other flags: their paths too)")
     args = ap.parse_args()
+    if args.smoke:
+        args.batch, args.max_tokens, args.repeats = 2, 4, 1
     n, batch = args.max_tokens, args.batch
 
     if args.model_dir:

@@ -24,6 +24,7 @@ the old computation's peak grows with the budget (~4.5 GB at 2048, so roughly
 24 GiB machine. Everything runs on one torch thread by default.
 
     .venv/bin/python benchmarks/trainer_memory.py [--items 16] [--budget 2048]
+    .venv/bin/python benchmarks/trainer_memory.py --smoke   # CI: 2 items, vocab 8192 (proves the code path)
 """
 
 from __future__ import annotations
@@ -56,11 +57,11 @@ def reset_peak() -> bool:
         return False
 
 
-def build_model(hidden: int, layers: int):
+def build_model(hidden: int, layers: int, vocab: int = VOCAB):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=hidden, intermediate_size=2 * hidden,
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
                       num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=4,
                       max_position_embeddings=2048, tie_word_embeddings=False,
                       bos_token_id=None, eos_token_id=1, pad_token_id=0)
@@ -68,7 +69,7 @@ def build_model(hidden: int, layers: int):
     return LlamaForCausalLM(cfg).float().train()
 
 
-def make_items(n: int):
+def make_items(n: int, vocab: int = VOCAB):
     """RL-shaped items: a prompt of a few hundred tokens, a 64-128 token completion."""
     from ludic_core.batching.saw import SAWItem
 
@@ -76,7 +77,7 @@ def make_items(n: int):
     items = []
     for _ in range(n):
         prompt, completion = rng.randint(200, 400), rng.randint(64, 128)
-        ids = [rng.randrange(2, VOCAB) for _ in range(prompt + completion)]
+        ids = [rng.randrange(2, vocab) for _ in range(prompt + completion)]
         items.append(SAWItem(ids, [1] * len(ids), [0] * prompt + [1] * completion,
                              weight=rng.uniform(-1.0, 1.0)))
     return items
@@ -138,7 +139,7 @@ def run_variant(args) -> None:
 
     torch.set_num_threads(args.threads)
     cfg = TrainerConfig(lr=1e-4, micro_token_budget=args.budget, max_seq_len=2048, device="cpu", dtype="float32")
-    model, items = build_model(args.hidden, args.layers), make_items(args.items)
+    model, items = build_model(args.hidden, args.layers, args.vocab), make_items(args.items, args.vocab)
     step, path = (new_step if args.variant == "new" else old_step)(model, items, cfg)
     before = rss_kib("VmRSS")
     exact = reset_peak()
@@ -158,19 +159,24 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1, help="torch threads in each child (kept low: shared machine)")
+    ap.add_argument("--vocab", type=int, default=VOCAB, help="vocabulary size (the point is a real one)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CI: 2 items, budget 1024, vocab 8192; proves the code path, not the memory saving")
     ap.add_argument("--variant", choices=["new", "old"], help=argparse.SUPPRESS)  # set for the children
     args = ap.parse_args()
+    if args.smoke:
+        args.items, args.budget, args.vocab = 2, 1024, 8192
     if args.variant:
         return run_variant(args)
 
     results = {}
     for variant in ("old", "new"):  # each in a fresh interpreter
         cmd = [sys.executable, __file__, "--variant", variant] + [
-            f"--{k}={getattr(args, k)}" for k in ("items", "budget", "hidden", "layers", "threads")]
+            f"--{k}={getattr(args, k)}" for k in ("items", "budget", "hidden", "layers", "threads", "vocab")]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         results[variant] = json.loads(out.strip().splitlines()[-1])
     old, new = results["old"], results["new"]
-    print(f"vocab={VOCAB} hidden={args.hidden} layers={args.layers} fp32, {args.items} items "
+    print(f"vocab={args.vocab} hidden={args.hidden} layers={args.layers} fp32, {args.items} items "
           f"(prompt 200-400 + completion 64-128 tokens), micro_token_budget={args.budget}, "
           f"threads={args.threads}; peak = {new['method']}, minus RSS before the step")
     print(f"{'one optimizer step':<34}{'step peak MiB':>14}{'RSS before':>11}{'loss':>13}{'grad norm':>11}{'s':>7}")

@@ -9,6 +9,7 @@ noise. Also prints the padding waste of length-sorted packing at the default
 micro-token budget, on variable-length multi-turn rollouts.
 
     .venv/bin/python benchmarks/trainer_overhead.py [--steps 8] [--batch 64]
+    .venv/bin/python benchmarks/trainer_overhead.py --smoke   # CI: 4 items, one timed step
 """
 
 from __future__ import annotations
@@ -82,7 +83,10 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--batch", type=int, default=64, help="items per optimizer step")
     ap.add_argument("--budget", type=int, default=TrainerConfig().micro_token_budget)
+    ap.add_argument("--smoke", action="store_true", help="CI: 4 items, one timed step; proves the code path")
     args = ap.parse_args()
+    if args.smoke:
+        args.steps, args.batch = 1, 4
     model_dir = build_tiny_model(Path(tempfile.gettempdir()) / f"ludic-bench-{args.preset}", args.preset)
     _, tok = load_model_and_tokenizer(model_dir)
     items = full_dialog_items(tok, games=48)[: args.batch]
