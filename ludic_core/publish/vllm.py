@@ -89,7 +89,7 @@ class VLLMPolicyPublisher:
         # A push left half-done (a publisher that died, an abort that never
         # arrived) would block every later /start_weight_update: clear it.
         aborted = self.control.post("/collective_rpc", json={"method": "ludic_abort_weight_update"})["results"]
-        if any(aborted):
+        if left_half_done(aborted):
             log.warning("%s had a half-done weight push (nothing of it was loaded); cleared it", self.root_url)
         if self.control.get("/is_paused").get("is_paused"):
             log.warning("%s was left paused (a previous publisher died mid-push?); resuming it", self.root_url)
@@ -194,6 +194,13 @@ class VLLMPolicyPublisher:
     def close(self) -> None:
         self.transport.close()
         self.control.close()
+
+
+def left_half_done(results: list[Any]) -> bool:
+    """Whether any worker's `ludic_abort_weight_update` found a push to clear. vLLM's
+    /collective_rpc hands a worker's bool back as a string ('False'), which `any()` reads as true:
+    every first connect then warned of a half-done push that was not there."""
+    return any(r is True or r == "True" for r in results)
 
 
 def _without_tied_copies(state: dict[str, torch.Tensor],
