@@ -26,6 +26,8 @@ from ludic_core.training.distributed import cleanup, init_distributed
 from ludic_core.training.micro_batches import is_pad
 from ludic_core.training.trainer import Trainer
 
+from _worker_skip import Batches  # noqa: E402  # this script's folder is on sys.path: the fixed-batch source
+
 GROUPS = [("g0", 1.0), ("g0", -1.0), ("g1", 0.0), ("g1", 0.0), ("g2", 0.5), ("g2", -0.5), ("g3", 0.8)]
 
 
@@ -43,12 +45,6 @@ def items(model) -> list[SAWItem]:
                            {"group_id": group, "i": i, "sampling_temperature": 1.0}, actor_logprobs=lps))
     return out
 
-
-class Batches:
-    def __init__(self, *batches: SAWBatch): self.batches = list(batches)
-    def next_batch(self): return self.batches.pop(0)
-    def state_dict(self): return {}
-    def load_state_dict(self, s): pass
 
 
 def main(model_dir: str, out_dir: str) -> None:
