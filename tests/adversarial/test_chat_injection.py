@@ -94,9 +94,12 @@ def test_local_client_two_turn_episode_keeps_the_sampled_reply_as_text(tiny_mode
     _check_turn_two(tok, first, second)
 
 
-def test_scripted_client_keeps_its_reply_as_text(tiny_model_and_tokenizer):
+@pytest.mark.parametrize("takes_temperature", [False, True])
+def test_scripted_client_keeps_its_reply_as_text(tiny_model_and_tokenizer, takes_temperature):
     _, tok = tiny_model_and_tokenizer
-    client = ScriptedChatClient(lambda messages: HOSTILE, tok)
+    # a policy that takes the request's temperature (a sampling teacher) goes through the same rendering
+    policy = (lambda messages, temperature=0.0: HOSTILE) if takes_temperature else (lambda messages: HOSTILE)
+    client = ScriptedChatClient(policy, tok)
     first, _ = asyncio.run(client.complete(ChatCompletionRequest(
         messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": FIRST}])))
     assert _specials(tok, first.completion_token_ids) == [tok.eos_token_id]
