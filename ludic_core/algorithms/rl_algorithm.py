@@ -15,6 +15,7 @@ from ludic_core import losses
 from ludic_core.algorithms.reuse import RolloutReuse
 from ludic_core.batching.saw import SAWBatch, build_saw_batch
 from ludic_core.credit import CreditAssigner, RolloutFilter
+from ludic_core.losses.flags import wants_reference
 from ludic_core.rollout.strategies import GRPORequestStrategy, IdentityStrategy, RequestStrategy
 from ludic_core.types import Rollout
 
@@ -59,7 +60,7 @@ class RLAlgorithm:
     @property
     def requires_reference(self) -> bool:
         """Whether the trainer must keep a frozen copy of the starting model (a KL-to-reference term)."""
-        return bool(getattr(self.loss, "needs_reference_logprobs", False))
+        return wants_reference(self.loss)
 
     def request_strategy(self, seed: int | None = None) -> RequestStrategy:
         """How requests become episodes: `group_size` samples of each prompt sharing a group

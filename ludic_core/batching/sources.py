@@ -21,6 +21,7 @@ from ludic_core.types import Message, Rollout
 __all__ = [
     "BatchSource",
     "RolloutBatchSource",
+    "as_batch_source",
     "OfflineBatchSource",
     "chat_example_to_item",
     "group_signal",
@@ -31,15 +32,104 @@ __all__ = [
 
 @runtime_checkable
 class BatchSource(Protocol):
-    """Where a Trainer's batches come from. A source may also define
-    `checkpoint_committed(path)`: the Trainer calls it once a checkpoint holding
-    every batch so far is on disk (a stream source acknowledges its items then)."""
+    """Where a Trainer's batches come from.
+
+    Required: `next_batch`, `state_dict` and `load_state_dict`. Two hooks have
+    defaults that do nothing: `checkpoint_committed(path)`, called once a
+    checkpoint holding every batch so far is on disk (a stream source
+    acknowledges its items then), and `record_failure(error)`, called when a
+    step on the last batch failed, before the error propagates (a queue source
+    notes which entries it was). Subclass `BatchSource` to inherit the defaults;
+    a plain object with the three required methods runs too: the Trainer adopts
+    it with `as_batch_source`, which supplies the hooks it lacks.
+    """
 
     def next_batch(self) -> SAWBatch: ...
 
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+
+    def checkpoint_committed(self, path: Path | None = None) -> None:
+        """A checkpoint holding every batch handed out so far is on disk (default: nothing to do)."""
+        return None  # a body, not `...`: the default an explicit subclass inherits
+
+    def record_failure(self, error: BaseException | str) -> None:
+        """The step on the last batch failed with `error` (default: nothing to note)."""
+        return None
+
+
+@runtime_checkable
+class _CommitsCheckpoints(Protocol):
+    def checkpoint_committed(self, path: Path | None = None) -> None: ...
+
+
+@runtime_checkable
+class _RecordsFailures(Protocol):
+    def record_failure(self, error: BaseException | str) -> None: ...
+
+
+_REQUIRED = ("next_batch", "state_dict", "load_state_dict")
+
+
+class _Adopted(BatchSource):
+    """A plain source with the required methods, given the hooks it lacks (its own hooks,
+    where it has them, are still called). `inner` is the object handed in."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def next_batch(self) -> SAWBatch:
+        batch: SAWBatch = self.inner.next_batch()
+        return batch
+
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = self.inner.state_dict()
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.inner.load_state_dict(state)
+
+    def checkpoint_committed(self, path: Path | None = None) -> None:
+        if isinstance(self.inner, _CommitsCheckpoints):
+            self.inner.checkpoint_committed(path)
+
+    def record_failure(self, error: BaseException | str) -> None:
+        if isinstance(self.inner, _RecordsFailures):
+            self.inner.record_failure(error)
+
+
+class _NoSource(BatchSource):
+    """What a Trainer built with `source=None` (to score, or to publish) reads from:
+    a clear error once something asks it for data."""
+
+    def _refuse(self) -> ValueError:
+        return ValueError("this Trainer was built with source=None: it has no batches and no data position")
+
+    def next_batch(self) -> SAWBatch:
+        raise self._refuse()
+
+    def state_dict(self) -> dict[str, Any]:
+        raise self._refuse()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        raise self._refuse()
+
+
+def as_batch_source(source: object) -> BatchSource:
+    """`source` as a full `BatchSource`: itself when it has every method (hooks
+    included), else wrapped so the missing hooks do nothing; None (a trainer that only
+    scores or publishes) refuses every read. A TypeError names the required methods
+    it lacks."""
+    if isinstance(source, BatchSource):
+        return source
+    if source is None:
+        return _NoSource()
+    missing = [name for name in _REQUIRED if not callable(getattr(source, name, None))]
+    if missing:
+        raise TypeError(f"{type(source).__name__} is not a BatchSource: it has no {', '.join(missing)} "
+                        "(see ludic_core.batching.sources.BatchSource)")
+    return _Adopted(source)
 
 
 def group_signal(rollouts: Sequence[Rollout]) -> dict[str, float]:
@@ -66,7 +156,7 @@ def rollout_stats(rollouts: Sequence[Rollout]) -> dict[str, float]:
     }
 
 
-class RolloutBatchSource:
+class RolloutBatchSource(BatchSource):
     """Synchronous RL: every batch is fresh rollouts from the current policy.
 
     `make_requests(batch_index)` returns the requests for one batch (so the
@@ -127,7 +217,7 @@ def chat_example_to_item(messages: Sequence[Message], tokenizer: Any, *, meta: d
     return chat_to_item(messages, tokenizer, meta=meta)
 
 
-class OfflineBatchSource:
+class OfflineBatchSource(BatchSource):
     """Fixed data, shuffled per epoch: SAW items from rollout JSONL (weighted by
     a credit assigner) or from chat examples ({"messages": [...]}) for SFT."""
 

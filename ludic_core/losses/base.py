@@ -18,6 +18,8 @@ from typing import Literal, Protocol, runtime_checkable
 
 import torch
 
+from ludic_core.losses.flags import declared, is_inert, wants_reference
+
 __all__ = ["LossInputs", "LossOutputs", "Loss", "Reduction", "reduce_tokens"]
 
 Reduction = Literal["token", "sequence"]
@@ -49,15 +51,24 @@ class LossOutputs:
 
 @runtime_checkable
 class Loss(Protocol):
-    #: True when `inputs.entropy` must be computed by the trainer.
-    needs_entropy: bool
-    #: True when the loss reads `old_logprobs` (ratios, KL to the behaviour
-    #: policy): the trainer then refuses items without the sampler's log-probs
-    #: and scores at the sampling temperature, instead of comparing against zeros.
-    needs_actor_logprobs: bool
+    # Read-only flags: a class attribute (`needs_entropy: ClassVar[bool] = False`), a
+    # dataclass field or a property all satisfy them.
+    @property
+    def needs_entropy(self) -> bool:
+        """True when `inputs.entropy` must be computed by the trainer."""
+        ...
+
+    @property
+    def needs_actor_logprobs(self) -> bool:
+        """True when the loss reads `old_logprobs` (ratios, KL to the behaviour
+        policy): the trainer then refuses items without the sampler's log-probs
+        and scores at the sampling temperature, instead of comparing against zeros."""
+        ...
+
     # Optional: `needs_reference_logprobs = True` makes the trainer keep a frozen
-    # copy of the starting model and fill `inputs.ref_logprobs` (read with getattr:
-    # a loss that forgets it fails loudly in `masked_reference_log_ratio`).
+    # copy of the starting model and fill `inputs.ref_logprobs` (read with
+    # `wants_reference`: undeclared means False; a loss that forgets it fails
+    # loudly in `masked_reference_log_ratio`).
     # Optional: `inert_at_zero_advantage = True` promises that an item whose
     # advantage is exactly 0 adds exactly 0 to the loss and its gradient, given the
     # step totals (`num_tokens`, `num_sequences`, `batch_mean_advantage`) that still
@@ -86,7 +97,7 @@ def reduce_tokens(values: torch.Tensor, inputs: LossInputs, reduction: Reduction
 # --- helpers shared by the loss terms (appended; the contract above is fixed) ---
 
 __all__ += ["check_inputs", "masked_mean", "masked_log_ratio", "masked_reference_log_ratio", "sequence_advantages",
-            "declared", "is_inert", "masked_extreme"]
+            "declared", "is_inert", "wants_reference", "masked_extreme"]
 
 
 def check_inputs(inputs: LossInputs) -> None:
@@ -152,20 +163,3 @@ def masked_reference_log_ratio(inputs: LossInputs) -> torch.Tensor:
                          "the loss must declare needs_reference_logprobs = True so the trainer keeps one")
     diff = inputs.logprobs - inputs.ref_logprobs.detach()
     return torch.where(inputs.mask > 0, diff, torch.zeros_like(diff))
-
-
-def declared(loss: object, flag: str) -> bool:
-    """`loss.<flag>` (`needs_entropy` or `needs_actor_logprobs`), or a ValueError
-    naming the loss: guessing False for a ratio loss would silently compare its
-    log-probs against zeros."""
-    value = getattr(loss, flag, None)
-    if not isinstance(value, bool):
-        raise ValueError(f"loss {type(loss).__name__} must declare `{flag}: bool` "
-                         f"(see ludic_core.losses.base.Loss), got {value!r}")
-    return value
-
-
-def is_inert(loss: object) -> bool:
-    """Whether `loss` declares `inert_at_zero_advantage = True` (see `Loss`);
-    anything else, a missing attribute included, reads as not inert."""
-    return getattr(loss, "inert_at_zero_advantage", False) is True

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ludic_core.losses.base import Loss, LossInputs, LossOutputs, declared, is_inert
+from ludic_core.losses.base import Loss, LossInputs, LossOutputs, declared, is_inert, wants_reference
 
 __all__ = ["CompositeLoss"]
 
@@ -41,7 +41,7 @@ class CompositeLoss:
             raise ValueError(f"duplicate term names {dupes}: metric keys would collide")
         self.needs_entropy = any(declared(term, "needs_entropy") for _, term, _ in self.terms)
         self.needs_actor_logprobs = any(declared(term, "needs_actor_logprobs") for _, term, _ in self.terms)
-        self.needs_reference_logprobs = any(getattr(term, "needs_reference_logprobs", False) for _, term, _ in self.terms)
+        self.needs_reference_logprobs = any(wants_reference(term) for _, term, _ in self.terms)
         self.inert_at_zero_advantage = all(is_inert(term) for _, term, _ in self.terms)
 
     def __call__(self, inputs: LossInputs) -> LossOutputs:
@@ -52,4 +52,5 @@ class CompositeLoss:
             total = weight * out.loss if total is None else total + weight * out.loss
             metrics[f"{name}/loss"] = out.loss.detach()
             metrics.update({f"{name}/{k}": v for k, v in out.metrics.items()})
+        assert total is not None  # __post_init__ refuses a loss without terms
         return LossOutputs(loss=total, metrics=metrics)

@@ -14,12 +14,36 @@ from typing import Any, Literal, Mapping, Protocol, runtime_checkable
 
 from ludic_core.inference.adapter_names import adapter_name
 
-__all__ = ["AdapterPublisher", "InProcessPublisher", "PolicyPublisher", "adapter_name"]
+__all__ = ["AdapterPublisher", "InProcessPublisher", "PolicyPublisher", "adapter_name", "as_policy_publisher"]
 
 
 @runtime_checkable
 class PolicyPublisher(Protocol):
+    """How the trainer hands weights to inference.
+
+    Required: `publish(state_dict, version=)`. Hooks with defaults:
+    `accepts_adapters` (False: a LoRA run publishes merged full weights),
+    `publish_adapter` (refuses: only called when `accepts_adapters` is True) and
+    `close()` (nothing to release). Subclass `PolicyPublisher` to inherit the
+    defaults; a plain object with `publish` runs too: the Trainer adopts it with
+    `as_policy_publisher`, which supplies the hooks it lacks.
+    """
+
     def publish(self, state_dict: Mapping[str, Any], *, version: int) -> None: ...
+
+    @property
+    def accepts_adapters(self) -> bool:
+        """Whether a LoRA trainer sends its adapter (`publish_adapter`) instead of merged weights."""
+        return False
+
+    def publish_adapter(self, tensors: Mapping[str, Any], config: Any, *, version: int) -> None:
+        """Serve a LoRA adapter as policy `version` (default: refused, see `accepts_adapters`)."""
+        raise TypeError(f"{type(self).__name__} does not accept adapters (accepts_adapters is False): "
+                        "publish merged weights with publish()")
+
+    def close(self) -> None:
+        """Release connections and groups (default: nothing held)."""
+        return None
 
 
 @runtime_checkable
@@ -35,7 +59,49 @@ class AdapterPublisher(Protocol):
     def publish_adapter(self, tensors: Mapping[str, Any], config: Any, *, version: int) -> None: ...
 
 
-class InProcessPublisher:
+@runtime_checkable
+class _Closes(Protocol):
+    def close(self) -> None: ...
+
+
+class _Adopted(PolicyPublisher):
+    """A plain publisher with `publish`, given the hooks it lacks (its own `accepts_adapters`,
+    `publish_adapter` and `close`, where it has them, are still used). `inner` is the object handed in."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def publish(self, state_dict: Mapping[str, Any], *, version: int) -> None:
+        self.inner.publish(state_dict, version=version)
+
+    @property
+    def accepts_adapters(self) -> bool:  # read at every publish: a publisher may change its mode
+        return isinstance(self.inner, AdapterPublisher) and bool(self.inner.accepts_adapters)
+
+    def publish_adapter(self, tensors: Mapping[str, Any], config: Any, *, version: int) -> None:
+        if not isinstance(self.inner, AdapterPublisher):
+            super().publish_adapter(tensors, config, version=version)
+            return
+        self.inner.publish_adapter(tensors, config, version=version)
+
+    def close(self) -> None:
+        if isinstance(self.inner, _Closes):
+            self.inner.close()
+
+
+def as_policy_publisher(publisher: object) -> PolicyPublisher:
+    """`publisher` as a full `PolicyPublisher`: itself when it has every member (hooks
+    included), else wrapped so the missing hooks take their defaults. A TypeError
+    names `publish` when it lacks that."""
+    if isinstance(publisher, PolicyPublisher):
+        return publisher
+    if not callable(getattr(publisher, "publish", None)):
+        raise TypeError(f"{type(publisher).__name__} is not a PolicyPublisher: it has no publish "
+                        "(see ludic_core.publish.base.PolicyPublisher)")
+    return _Adopted(publisher)
+
+
+class InProcessPublisher(PolicyPublisher):
     """Copies weights into a client living in this process (e.g. LocalChatClient).
 
     mode: "auto" publishes a LoRA run's adapter (`client.load_adapter`, served as

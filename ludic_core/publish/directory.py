@@ -16,6 +16,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Mapping
 
+from ludic_core.publish.base import PolicyPublisher
+
 __all__ = ["DirectoryPublisher", "read_latest", "point_latest"]
 
 _WEIGHTS = (".safetensors", ".bin", ".pt", ".safetensors.index.json", ".bin.index.json")
@@ -39,7 +41,7 @@ def point_latest(root: str | Path, model_dir: str | Path, version: int) -> None:
     os.replace(tmp, root / "latest.json")
 
 
-class DirectoryPublisher:
+class DirectoryPublisher(PolicyPublisher):
     """`PolicyPublisher` writing model directories for out-of-process actors."""
 
     def __init__(self, root: str | Path, model_path: str | Path, *, keep: int = 3) -> None:

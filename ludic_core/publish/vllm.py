@@ -35,6 +35,7 @@ import torch
 from ludic_core.inference.errors import InferenceServerError
 from ludic_core.inference.vllm_http import ControlClient, RetryPolicy
 from ludic_core.inference.vllm_plugin import ludic_gloo_wire as wire
+from ludic_core.publish.base import PolicyPublisher
 from ludic_core.publish.transports import WeightTransport, make_transport
 from ludic_core.publish.vllm_adapters import AdapterLoadError, PublishedAdapter, ServerAdapters
 
@@ -47,7 +48,7 @@ class WeightPushError(ValueError):
     """A push that does not fit the served model; refused before anything was sent."""
 
 
-class VLLMPolicyPublisher:
+class VLLMPolicyPublisher(PolicyPublisher):
     """`PolicyPublisher` for a running vLLM server (its root URL, without /v1)."""
 
     def __init__(

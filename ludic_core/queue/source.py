@@ -25,6 +25,7 @@ from collections import deque
 from typing import Any, Callable, Mapping
 
 from ludic_core.batching.saw import SAWBatch, SAWItem, is_stale
+from ludic_core.batching.sources import BatchSource
 from ludic_core.queue.codec import MalformedItem, decode_header, decode_item
 from ludic_core.queue.stream import Entry, SAWStream
 
@@ -35,7 +36,7 @@ log = logging.getLogger(__name__)
 _NO_ERROR = "unknown: each trainer that read it stopped before a checkpoint holding it committed"
 
 
-class StreamBatchSource:
+class StreamBatchSource(BatchSource):
     """`BatchSource` over a `SAWStream`: `items_per_step` items per batch.
 
     `trainer_version()` is the trainer's current policy version: items more

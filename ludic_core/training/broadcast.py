@@ -14,12 +14,13 @@ from dataclasses import asdict
 from typing import Any, Callable, Mapping
 
 from ludic_core.batching.saw import SAWBatch, SAWItem
+from ludic_core.batching.sources import BatchSource
 from ludic_core.training.distributed import broadcast_object_json
 
 __all__ = ["BroadcastSource"]
 
 
-class BroadcastSource:
+class BroadcastSource(BatchSource):
     """`inner` (rank 0's stream source; None on the other ranks) seen by every rank."""
 
     def __init__(self, inner: Any | None, ctx: Any) -> None:
@@ -64,5 +65,5 @@ class BroadcastSource:
 
     def record_failure(self, error: BaseException | str) -> None:
         """Rank 0 holds the stream: only it notes which entries a failed step had."""
-        if self.inner is not None and hasattr(self.inner, "record_failure"):
+        if self.inner is not None:
             self.inner.record_failure(error)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ludic_core.lifetime import die_with_parent
+from ludic_core.publish.base import PolicyPublisher
 from ludic_core.training.stage_data import batch_source, inference, needs_inference, publisher_only
 from ludic_core.training.stage_spec import DatasetData, RolloutData, StageSpec, StreamData
 
@@ -58,7 +59,8 @@ def run_stage(spec: StageSpec, *, loggers: list | None = None) -> dict[str, Any]
     serve_from = str(latest / "model") if latest and not lora_in_process else spec.model_path
     model, tok = load_model_and_tokenizer(spec.model_path)
     algorithm = build_algorithm(spec.algorithm)
-    client = publisher = None
+    client: Any = None
+    publisher: PolicyPublisher | None = None
     if needs_inference(spec):
         client, publisher = inference(spec, serve_from)
     else:
@@ -87,7 +89,7 @@ def run_stage(spec: StageSpec, *, loggers: list | None = None) -> dict[str, Any]
             trainer.close()
     finally:
         # a failed stage must not leak the weight-transfer group into the retry
-        if hasattr(publisher, "close"):
+        if publisher is not None:
             publisher.close()
     last = history[-1] if history else {}
     return {"checkpoint": str(path), "model_path": str(path / "model"), "step": trainer.step,

@@ -10,10 +10,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ludic_core.batching.sources import OfflineBatchSource
+from ludic_core.algorithms.rl_algorithm import RLAlgorithm
+from ludic_core.batching.sources import BatchSource, OfflineBatchSource
 from ludic_core.compose.source import rollout_source
 from ludic_core.models import tokenizer_fingerprint
-from ludic_core.publish import InProcessPublisher
+from ludic_core.publish.base import InProcessPublisher, PolicyPublisher
 from ludic_core.publish.directory import DirectoryPublisher
 from ludic_core.queue import SAWStream, StreamBatchSource, connect
 from ludic_core.rejection import load_sft_items
@@ -26,7 +27,7 @@ def needs_inference(spec: StageSpec) -> bool:
     return isinstance(spec.data, RolloutData)
 
 
-def batch_source(spec: StageSpec, algorithm: Any, tokenizer: Any, client: Any) -> Any:
+def batch_source(spec: StageSpec, algorithm: RLAlgorithm, tokenizer: Any, client: Any) -> BatchSource:
     data = spec.data
     if isinstance(data, StreamData):
         client = connect(data.url, password=os.environ.get(data.password_env))
@@ -41,7 +42,7 @@ def batch_source(spec: StageSpec, algorithm: Any, tokenizer: Any, client: Any) -
                           requests_per_draw=data.requests_per_step, max_seq_len=spec.trainer.max_seq_len)
 
 
-def publisher_only(spec: StageSpec) -> Any:
+def publisher_only(spec: StageSpec) -> PolicyPublisher | None:
     """Where a stage that does not roll out itself (stream data) publishes its
     weights: the actors' vLLM server, or a directory they load from; None for neither."""
     if spec.vllm is not None:
@@ -51,7 +52,7 @@ def publisher_only(spec: StageSpec) -> Any:
     return None
 
 
-def inference(spec: StageSpec, serve_from: str) -> tuple[Any, Any]:
+def inference(spec: StageSpec, serve_from: str) -> tuple[Any, PolicyPublisher]:
     """(client, publisher): in-process by default, else the vLLM server in `spec.vllm`."""
     if spec.vllm is None:
         from ludic_core.inference import LocalChatClient  # torch and transformers: loaded by the stage that decodes
@@ -65,7 +66,7 @@ def inference(spec: StageSpec, serve_from: str) -> tuple[Any, Any]:
     # a LoRA run publishes its adapter (loaded by name; the client then requests it), else full weights
     adapter_dir = lora.directory(spec.checkpoint_dir) if lora.publishes_adapters(spec.trainer.lora) else None
     vclient = VLLMChatClient(spec.vllm.base_url, model=spec.vllm.model, api_key=key)
-    vclient.publisher = VLLMPolicyPublisher(vclient.root_url, api_key=key, bucket_mb=spec.vllm.bucket_mb,
-                                            on_published=vclient.note_published, adapter_dir=adapter_dir,
-                                            keep_adapters=lora.keep_last)
-    return vclient, vclient.publisher
+    vclient.publisher = publisher = VLLMPolicyPublisher(
+        vclient.root_url, api_key=key, bucket_mb=spec.vllm.bucket_mb, on_published=vclient.note_published,
+        adapter_dir=adapter_dir, keep_adapters=lora.keep_last)
+    return vclient, publisher

@@ -27,11 +27,15 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from ludic_core.algorithms.rl_algorithm import RLAlgorithm
 from ludic_core.batching.collate import MicroBatch, padding_waste
 from ludic_core.batching.saw import SAWBatch, SAWItem, is_stale
+from ludic_core.batching.sources import BatchSource, as_batch_source
 from ludic_core.config import TrainerConfig, check_max_lag
 from ludic_core.device import place_model, resolve_dtype
+from ludic_core.logging.loggers import Logger
 from ludic_core.losses import LossInputs, is_inert
+from ludic_core.publish.base import PolicyPublisher, as_policy_publisher
 from ludic_core.training import distributed as dist_utils
 from ludic_core.training.checkpoint import load_checkpoint, save_checkpoint
 from ludic_core.training.checkpoint_integrity import candidates
@@ -50,16 +54,23 @@ log = logging.getLogger(__name__)
 
 
 class Trainer:
+    """`model` is a transformers causal LM (`tokenizer` its tokenizer), left `Any`: the trainer
+    reads its `config` and calls what transformers names. `source` and `publisher` may be any
+    objects with the required methods of `BatchSource` / `PolicyPublisher`: hooks they lack
+    take the Protocols' defaults (`as_batch_source`, `as_policy_publisher`), and a missing
+    required method is a TypeError naming it. `source=None` builds a trainer that only
+    scores or publishes (reading a batch is then a ValueError)."""
+
     def __init__(
         self,
         model: Any,
-        algorithm: Any,
-        source: Any,
+        algorithm: RLAlgorithm,
+        source: BatchSource | None,
         config: TrainerConfig,
         *,
         tokenizer: Any = None,
-        publisher: Any = None,
-        loggers: Sequence[Any] = (),
+        publisher: PolicyPublisher | None = None,
+        loggers: Sequence[Logger] = (),
         eval_hook: Callable[["Trainer"], dict[str, float]] | None = None,
         eval_every: int | None = None,
         checkpoint_dir: str | Path | None = None,
@@ -73,7 +84,7 @@ class Trainer:
         random.seed(config.seed)
         # KL-to-reference terms compare with the weights handed in (the run's starting
         # model: `resume` loads later weights into the policy only), frozen, before LoRA.
-        reference = _frozen_copy(model) if getattr(algorithm, "requires_reference", False) else None
+        reference = _frozen_copy(model) if algorithm.requires_reference else None
         if config.lora is not None:
             model = apply_lora(model, config.lora)
         if config.grad_checkpointing:  # transformers >= 5.2x names it activation checkpointing
@@ -93,16 +104,16 @@ class Trainer:
         self.compute_dtype = resolve_dtype(config.dtype, self.ctx.device)
         self.scorer = PolicyScorer(self.model, device_type=self.ctx.device.type, compute_dtype=self.compute_dtype,
                                    chunk_tokens=config.logprob_chunk_tokens)
-        self.ref_scorer = None
+        self.ref_scorer: PolicyScorer | None = None
         if reference is not None:  # bf16 on an accelerator (half an fp32 master's memory), fp32 on CPU
             ref_dtype = torch.bfloat16 if self.ctx.device.type == "cuda" else None
             reference = reference.to(device=self.ctx.device, dtype=ref_dtype)
             self.ref_scorer = PolicyScorer(reference, device_type=self.ctx.device.type,
                                            compute_dtype=self.compute_dtype, chunk_tokens=config.logprob_chunk_tokens)
         self.algorithm = algorithm
-        self.source = source
+        self.source = as_batch_source(source)
         self.tokenizer = tokenizer
-        self.publisher = publisher
+        self.publisher = publisher  # adopted by the setter, as is one assigned later
         self.loggers = list(loggers) if self.ctx.is_main else []
         self.eval_hook, self.eval_every = eval_hook, eval_every
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
@@ -130,6 +141,14 @@ class Trainer:
     def packing(self) -> bool:
         """Whether this run trains on packed rows (False once the model failed the packing check)."""
         return self.batcher.packing
+
+    @property
+    def publisher(self) -> PolicyPublisher | None:
+        return self._publisher
+
+    @publisher.setter
+    def publisher(self, publisher: PolicyPublisher | None) -> None:
+        self._publisher = None if publisher is None else as_policy_publisher(publisher)
 
     @staticmethod
     def _pad_id(model: Any, tokenizer: Any) -> int:
@@ -219,9 +238,7 @@ class Trainer:
         try:
             return self._train_on(batch, t0)
         except Exception as exc:
-            record = getattr(self.source, "record_failure", None)  # a queue source names it if these entries fail again
-            if record is not None:
-                record(exc)
+            self.source.record_failure(exc)  # a queue source names it if these entries fail again
             raise
 
     def _train_on(self, batch: SAWBatch, t0: float) -> dict[str, float]:
@@ -336,17 +353,18 @@ class Trainer:
 
     def publish(self) -> None:
         """Publish the weights as policy version `updates` (one version per optimiser update)."""
-        if self.publisher is None:
+        publisher = self.publisher
+        if publisher is None:
             self.policy_version = self.updates
             return
-        if is_lora(self.model) and getattr(self.publisher, "accepts_adapters", False):
+        if is_lora(self.model) and publisher.accepts_adapters:
             adapter = adapter_state_dict(self.model)  # the adapter alone: the engine keeps the base
             if self.ctx.is_main:
-                self.publisher.publish_adapter(adapter, adapter_config(self.model), version=self.updates)
+                publisher.publish_adapter(adapter, adapter_config(self.model), version=self.updates)
         else:
             weights = self.full_weights()
             if self.ctx.is_main:
-                self.publisher.publish(weights, version=self.updates)
+                publisher.publish(weights, version=self.updates)
         self.policy_version = self.updates
 
     def save_checkpoint(self) -> Path:
@@ -356,9 +374,7 @@ class Trainer:
         path = save_checkpoint(self.checkpoint_dir, self.step, model=self.model, optimizer=self.optimizer,
                                scheduler=self.scheduler, ctx=self.ctx, tokenizer=self.tokenizer,
                                data_state=data, keep_last=self.cfg.keep_last)
-        committed = getattr(self.source, "checkpoint_committed", None)
-        if committed is not None:  # e.g. a stream source acknowledges what this checkpoint holds
-            committed(path)
+        self.source.checkpoint_committed(path)  # e.g. a stream source acknowledges what this checkpoint holds
         return path
 
     def resume(self, path: str | Path | None = None) -> bool:
