@@ -153,7 +153,8 @@ def _source(cls: type[BaseModel], data: Mapping, name: str) -> tuple[bool, Any]:
 @functools.cache
 def _adapter(cls: type[BaseModel], name: str) -> TypeAdapter:
     field = cls.model_fields[name]
-    return TypeAdapter(Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation)
+    annotation: Any = field.annotation  # a type, or a special form (a union, a Literal)
+    return TypeAdapter(Annotated[(annotation, *field.metadata)] if field.metadata else annotation)
 
 
 def _with(node: Any, path: list[str], value: Any) -> Any:

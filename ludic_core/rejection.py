@@ -85,11 +85,12 @@ def rollouts_to_dataset(rollouts: Sequence[Rollout], *, tokenizer: str | None = 
             prompt = s.info.get("prompt_messages")
             if s.info.get("parse_error") or (prompt is None and s.trace is None):
                 continue
-            ids = tokenizer is not None and s.trace is not None and bool(s.trace.completion_token_ids)
+            trace = s.trace if tokenizer is not None and s.trace is not None and s.trace.completion_token_ids else None
+            ids = trace is not None
             messages = [{"role": m["role"], "content": m.get("content") or ""} for m in prompt or []]
             rows["messages"].append(messages + [{"role": "assistant", "content": s.action}])
-            rows["prompt_token_ids"].append(list(s.trace.prompt_token_ids) if ids else [])
-            rows["completion_token_ids"].append(list(s.trace.completion_token_ids) if ids else [])
+            rows["prompt_token_ids"].append(list(trace.prompt_token_ids) if trace is not None else [])
+            rows["completion_token_ids"].append(list(trace.completion_token_ids) if trace is not None else [])
             rows["tokenizer"].append(tokenizer if ids else "")
             rows["completion_text"].append(s.action)
             rows["reward"].append(float(r.total_reward))

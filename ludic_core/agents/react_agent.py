@@ -37,7 +37,7 @@ class ReActAgent(ToolAgent):
         _check_positive("max_react_steps", max_react_steps)
         self.max_react_steps = max_react_steps
 
-    async def act(  # type: ignore[override]
+    async def act(
         self,
         *,
         inference: InferenceSpec | None = None,

@@ -68,7 +68,7 @@ class ToolAgent(Agent):
         super().reset(system_prompt)
         self._model_turn = 0
 
-    async def act(  # type: ignore[override]
+    async def act(
         self,
         *,
         inference: InferenceSpec | None = None,

@@ -177,8 +177,8 @@ def _from_hermes(text: str, id_prefix: str) -> list[ToolCall]:
             err = 'Error: <tool_call> must hold {"name": <str>, "arguments": {...}}'
             calls.append(ToolCall(call_id, "unknown", error=err))
             continue
-        args, err = _decode_arguments(obj.get("arguments"), obj["name"])
-        calls.append(ToolCall(call_id, obj["name"], args, err))
+        args, arg_err = _decode_arguments(obj.get("arguments"), obj["name"])
+        calls.append(ToolCall(call_id, obj["name"], args, arg_err))
     return calls
 
 
@@ -209,7 +209,7 @@ def _check_types(fn: Callable[..., Any], bound: inspect.BoundArguments) -> str |
         return None
     for pname, value in bound.arguments.items():
         tp = hints.get(pname)
-        expected = {int: (int,), float: (int, float), str: (str,), bool: (bool,)}.get(tp)
+        expected = {int: (int,), float: (int, float), str: (str,), bool: (bool,)}.get(tp) if tp is not None else None
         if expected is None:
             continue
         if not isinstance(value, expected) or (tp is not bool and isinstance(value, bool)):

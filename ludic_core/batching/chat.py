@@ -59,7 +59,8 @@ def _render(tokenizer: Any, messages: Sequence[Mapping[str, Any]], generation_pr
     return tokenizer.apply_chat_template(list(messages), add_generation_prompt=generation_prompt, tokenize=False)
 
 
-def _assistant_span(tokenizer: Any, messages: list[dict], i: int, full: str, after: int) -> tuple[int, int]:
+def _assistant_span(tokenizer: Any, messages: Sequence[Mapping[str, Any]], i: int, full: str,
+                    after: int) -> tuple[int, int]:
     """[start, end) of assistant message i's trained text in `full`: from the end of the
     generation prompt through the last eos of the turn."""
     prompt = _render(tokenizer, messages[:i], True)

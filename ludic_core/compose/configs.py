@@ -74,7 +74,7 @@ class AgentConfig(FrozenModel):
     @field_validator("parser", "context")
     @classmethod
     def _component(cls, v: ComponentConfig, info: Any) -> ComponentConfig:
-        check_ref(info.field_name, v.name)  # type: ignore[arg-type]
+        check_ref(info.field_name, v.name)
         return v
 
     @field_validator("tools")

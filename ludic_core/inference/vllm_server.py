@@ -293,9 +293,8 @@ def stop_server_pid(pid: int, *, timeout_s: float = 20.0) -> bool:
         return False
     if not _runs_vllm(pid):
         return False
-    if pgid != pid:  # not a group leader we started: signal the process alone
-        pgid = None
-    kill = (lambda sig: os.killpg(pgid, sig)) if pgid else (lambda sig: os.kill(pid, sig))
+    leader = pgid if pgid == pid else None  # not a group leader we started: signal the process alone
+    kill = (lambda sig: os.killpg(leader, sig)) if leader else (lambda sig: os.kill(pid, sig))
     try:
         kill(signal.SIGTERM)
     except ProcessLookupError:

@@ -24,8 +24,8 @@ def mean_band(runs: Sequence[Series], points: int = 60) -> tuple[list[float], li
     if not runs:
         return [], [], [], []
     if len(runs) == 1:
-        xs, ys = zip(*runs[0])
-        return list(xs), list(ys), list(ys), list(ys)
+        xs, only = zip(*runs[0])
+        return list(xs), list(only), list(only), list(only)
     lo = max(r[0][0] for r in runs)
     hi = min(r[-1][0] for r in runs)
     grid = np.linspace(lo, hi, points) if hi > lo else np.array([lo])

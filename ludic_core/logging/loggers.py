@@ -11,7 +11,7 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any, Mapping, Protocol, runtime_checkable
+from typing import Any, Literal, Mapping, Protocol, runtime_checkable
 
 __all__ = ["Logger", "ConsoleLogger", "JsonlLogger", "WandbLogger"]
 
@@ -66,7 +66,7 @@ class JsonlLogger:
 class WandbLogger:
     """Weights & Biases; `mode="offline"` writes locally (tests, no network)."""
 
-    def __init__(self, project: str, *, mode: str = "offline", run_name: str | None = None,
+    def __init__(self, project: str, *, mode: Literal["online", "offline", "disabled"] = "offline", run_name: str | None = None,
                  config: Mapping[str, Any] | None = None, api_key: str | None = None,
                  directory: str | Path | None = None) -> None:
         try:

@@ -92,7 +92,7 @@ class ClippedSurrogateLoss:
         mask = inputs.mask
         to_sampler = masked_log_ratio(inputs)  # log pi_theta - log pi_sampler
         d = -to_sampler.detach()
-        metrics = {"sampler_k3": masked_mean(torch.exp(d) - d - 1.0, mask)}
+        metrics: dict[str, torch.Tensor | float] = {"sampler_k3": masked_mean(torch.exp(d) - d - 1.0, mask)}
         if self.sampler_correction == "none":
             log_ratio, w = to_sampler, None
         else:

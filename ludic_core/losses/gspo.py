@@ -67,7 +67,7 @@ class GSPOLoss:
 
     def _metrics(
         self, s: torch.Tensor, a: torch.Tensor, has_tokens: torch.Tensor
-    ) -> dict[str, torch.Tensor]:
+    ) -> dict[str, torch.Tensor | float]:
         """clip_frac: share of sequences (with action tokens) whose clipped term wins;
         0 for both when no sequence has any (masked sums: no host sync)."""
         has = has_tokens.float()

@@ -81,7 +81,7 @@ def _fuses(hidden: torch.Tensor, compute_dtype: torch.dtype, bias: torch.Tensor 
 
 class _LinearTokenLogprob(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden, weight, bias, targets, inv_temp, chunk: int, compute_dtype):  # type: ignore[override]
+    def forward(ctx, hidden, weight, bias, targets, inv_temp, chunk: int, compute_dtype):
         n = hidden.shape[0]
         w = weight.to(compute_dtype)
         out = torch.empty(n, dtype=torch.float32, device=hidden.device)
@@ -101,7 +101,7 @@ class _LinearTokenLogprob(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx, grad_out):  # type: ignore[override]
+    def backward(ctx, grad_out):
         hidden, weight, bias, targets, lse, inv_temp = ctx.saved_tensors
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
         cd, chunk = ctx.compute_dtype, ctx.chunk

@@ -27,7 +27,7 @@ class _ChunkedTokenLogprob(torch.autograd.Function):
     """log softmax(z * inv_temp)[target] over rows of z [N, V], chunk by chunk."""
 
     @staticmethod
-    def forward(ctx, logits, targets, inv_temp, chunk: int):  # type: ignore[override]
+    def forward(ctx, logits, targets, inv_temp, chunk: int):
         n = logits.shape[0]
         out = torch.empty(n, dtype=torch.float32, device=logits.device)
         lse = torch.empty(n, dtype=torch.float32, device=logits.device)
@@ -40,7 +40,7 @@ class _ChunkedTokenLogprob(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx, grad_out):  # type: ignore[override]
+    def backward(ctx, grad_out):
         logits, targets, lse, inv_temp = ctx.saved_tensors
         chunk = ctx.chunk
         grad = torch.empty_like(logits)

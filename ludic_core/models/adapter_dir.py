@@ -46,7 +46,8 @@ def base_fingerprint(model: Any) -> dict[str, Any]:
 
     Needs whole tensors: call it before FSDP shards the model (`apply_lora` does).
     """
-    h, samples, params, dtypes = hashlib.sha256(), [], 0, {}
+    h, samples, params = hashlib.sha256(), [], 0
+    dtypes: dict[str, int] = {}
     items = _base_items(model)
     for name, t in items:
         if hasattr(t, "full_tensor"):
@@ -61,7 +62,7 @@ def base_fingerprint(model: Any) -> dict[str, Any]:
     if samples:
         h.update(torch.cat(samples).cpu().numpy().tobytes())  # one host transfer
     return {"sha256": h.hexdigest()[:32], "tensors": len(items), "params": params,
-            "dtype": max(dtypes, key=dtypes.get) if dtypes else None}
+            "dtype": max(dtypes, key=dtypes.__getitem__) if dtypes else None}
 
 
 def _describe(path: Any, fp: Mapping[str, Any]) -> str:

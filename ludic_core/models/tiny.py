@@ -139,7 +139,8 @@ def build_tiny_model(
         bos_token_id=None,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
-        torch_dtype="float32",
+        # transformers 5 names it `dtype` and still takes this (the saved config.json keeps its form)
+        torch_dtype="float32",  # type: ignore[call-arg]
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

@@ -24,7 +24,7 @@ import sys
 import threading
 import traceback
 import uuid
-from typing import Any
+from typing import IO, Any
 
 from ludic_core.queue.actor import ActorSpec
 
@@ -52,6 +52,11 @@ class ActorWorker:
     def pid(self) -> int:
         return self.proc.pid
 
+    def _pipes(self) -> tuple[IO[str], IO[str]]:
+        stdin, stdout = self.proc.stdin, self.proc.stdout
+        assert stdin is not None and stdout is not None  # started with stdin and stdout piped
+        return stdin, stdout
+
     def alive(self) -> bool:
         return self.proc.poll() is None
 
@@ -59,9 +64,10 @@ class ActorWorker:
         self.round = round_index
         try:
             try:
-                self.proc.stdin.write(json.dumps({"spec": spec.model_dump(mode="json"), "round": round_index}) + "\n")
-                self.proc.stdin.flush()
-                line = self.proc.stdout.readline()
+                stdin, stdout = self._pipes()
+                stdin.write(json.dumps({"spec": spec.model_dump(mode="json"), "round": round_index}) + "\n")
+                stdin.flush()
+                line = stdout.readline()
             except (BrokenPipeError, OSError):
                 line = ""
             if not line:
@@ -77,8 +83,9 @@ class ActorWorker:
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Close its stdin (it finishes the round it is in, then exits); kill it after `timeout_s`."""
+        stdin, stdout = self._pipes()
         try:
-            self.proc.stdin.close()
+            stdin.close()
         except OSError:
             pass
         try:
@@ -86,7 +93,7 @@ class ActorWorker:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        self.proc.stdout.close()
+        stdout.close()
 
 
 class ActorPool:

@@ -57,7 +57,7 @@ def encode_item(item: SAWItem, *, item_id: str, env: str, policy_version: int,
     return {"header": head, "tensors": st_save(arrays)}
 
 
-def decode_header(fields: Mapping[bytes | str, bytes]) -> dict[str, Any]:
+def decode_header(fields: Mapping[Any, bytes]) -> dict[str, Any]:
     """The header alone (cheap: no arrays), every field checked; never raises
     anything but `MalformedItem`."""
     try:
@@ -69,7 +69,7 @@ def decode_header(fields: Mapping[bytes | str, bytes]) -> dict[str, Any]:
         raise MalformedItem(f"unexpected {type(exc).__name__} while decoding the header: {clip(str(exc))}") from None
 
 
-def decode_item(fields: Mapping[bytes | str, bytes], *, vocab_size: int | None = None,
+def decode_item(fields: Mapping[Any, bytes], *, vocab_size: int | None = None,
                 max_tokens: int | None = None) -> Stamped:
     """Header and arrays back into a `SAWItem`, or `MalformedItem` naming the
     problem, whatever the bytes (token ids beyond `vocab_size` mean an item from
@@ -102,7 +102,7 @@ def _decode(fields: Mapping[bytes | str, bytes], vocab_size: int | None, max_tok
 
 
 def _field(fields: Mapping[bytes | str, bytes], name: str) -> bytes:
-    value = fields.get(name.encode(), fields.get(name))  # type: ignore[call-overload]
+    value = fields.get(name.encode(), fields.get(name))
     if value is None:
         names = sorted(_name(k) for k in fields)
         listed = ", ".join(names[:10]) + (f", ... ({len(names)} in all)" if len(names) > 10 else "")

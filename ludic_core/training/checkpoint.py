@@ -122,7 +122,8 @@ def _write_model(model: nn.Module, state: dict[str, torch.Tensor], out: Path, to
         return write_adapter(model, state, out, tokenizer)
     out.mkdir(parents=True)
     if hasattr(model, "save_pretrained"):
-        model.save_pretrained(out, state_dict=state)  # drops tied duplicates, writes config
+        pretrained: Any = model  # a transformers model
+        pretrained.save_pretrained(out, state_dict=state)  # drops tied duplicates, writes config
     else:
         save_file(state, out / "model.safetensors", metadata={"format": "pt"})
     if tokenizer is not None:
@@ -359,7 +360,10 @@ def load_checkpoint(
         set_optimizer_state_dict,
     )
 
-    header, model_sd, optim_sd, error = {}, {}, {}, None
+    header: dict[str, Any] = {}
+    model_sd: dict[str, Any] = {}
+    optim_sd: dict[str, Any] = {}
+    error = None
     if ctx.is_main:
         try:
             header, model_sd, optim_sd = _read_rank0(path_or_root, model, optimizer is not None)

@@ -184,7 +184,8 @@ def candidates(root: Path) -> list[Path]:
     directory exists only after a complete save's rename, so a gap in one is damage."""
     if not root.is_dir():
         return []
-    dirs = sorted((p for p in root.iterdir() if step_of(p) is not None and p.is_dir()), key=step_of, reverse=True)
+    steps = {p: step for p in root.iterdir() if (step := step_of(p)) is not None and p.is_dir()}
+    dirs = sorted(steps, key=steps.__getitem__, reverse=True)
     latest = root / "latest"
     named = ""
     if latest.is_file():

@@ -75,7 +75,8 @@ def rng_snapshot() -> dict[str, Any]:
     try:
         import numpy as np
 
-        name, keys, pos, has_gauss, cached = np.random.get_state()
+        state: Any = np.random.get_state()  # the legacy tuple form (typed as tuple | dict)
+        name, keys, pos, has_gauss, cached = state
         snap["numpy"] = [name, keys.tolist(), int(pos), int(has_gauss), float(cached)]
     except ImportError:
         pass

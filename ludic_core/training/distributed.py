@@ -19,7 +19,7 @@ import gc
 import json
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -268,7 +268,8 @@ def full_state_dict(model: nn.Module, ctx: DistContext) -> dict[str, torch.Tenso
 
     if not ctx.is_distributed:
         return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return cast("dict[str, torch.Tensor]", full)  # a model's state dict holds tensors only
 
 
 def shard_batch(items: list, ctx: DistContext) -> list:

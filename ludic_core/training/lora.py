@@ -39,7 +39,7 @@ def apply_lora(model: Any, cfg: LoRAConfig) -> Any:
         r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout,
         target_modules=list(cfg.target_modules), task_type="CAUSAL_LM",
     ))
-    peft_model.ludic_base = ref
+    vars(peft_model)["ludic_base"] = ref  # a plain attribute, where nn.Module's __setattr__ puts it too
     return peft_model
 
 

@@ -54,6 +54,7 @@ class PackedScoring:
 
     def __init__(self, mb: MicroBatch, device: torch.device, tempered: bool) -> None:
         rows = mb.packed
+        assert rows is not None  # built for packed micro-batches only
         self.ids, self.pos = to_device(rows.input_ids, device), to_device(rows.position_ids, device)
         self.index = to_device(rows.index, device)
         self.temps = to_device(rows.temperatures, device) if tempered else None

@@ -78,8 +78,9 @@ class MicroBatcher:
                                   min_saved=self.forward_cost)
         if plan is None:
             return None
-        plan = dataclasses.replace(plan, **{f.name: to_device(getattr(plan, f.name), self.ctx.device)
-                                            for f in dataclasses.fields(plan) if f.name != "saved_positions"})
+        moved: dict[str, Any] = {f.name: to_device(getattr(plan, f.name), self.ctx.device)
+                                 for f in dataclasses.fields(plan) if f.name != "saved_positions"}
+        plan = dataclasses.replace(plan, **moved)
         if not self._sharing_checked:
             self._sharing_checked = True
             self.share_prompts = self._sharing_holds(mb, plan, start)
@@ -146,6 +147,7 @@ class MicroBatcher:
         items attend to each other) fails this, and the trainer pads from then on. The
         check is conclusive once some rank has a row holding two or more items."""
         rows = mb.packed
+        assert rows is not None  # asked of packed micro-batches only
         step = rows.input_ids.shape[1] - 1  # each row's share of the flattened index
         row_of = (rows.index[:, 0] // step).tolist() if step > 0 else []
         row = max(set(row_of), key=row_of.count) if row_of else 0  # the row holding the most items

@@ -53,6 +53,8 @@ class PolicyScorer:
         # a scoring forward never decodes on: without this, HF models build a KV cache
         # (a copy of every layer's keys and values) on each training forward
         self.no_cache = {"use_cache": False} if _accepts(model, "use_cache") else {}
+        self.head: Any
+        self.decoder: Any
         self.head, self.decoder = _linear_head(model) if self.keeps_logits else (None, None)
         base = model.get_base_model() if hasattr(model, "get_base_model") else model  # under PEFT's wrapper
         self.cache_kwarg = next((n for n in ("cache", "past_key_values") if _accepts_named(base, n)), None)
@@ -114,12 +116,14 @@ class PolicyScorer:
         out = captured[-1]
         hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
         if hasattr(self.head.weight, "full_tensor"):  # still sharded after forward (FSDP resharded it)
-            return self._give_up("its output layer is sharded outside forward")
+            self._give_up("its output layer is sharded outside forward")
+            return None
         if not self.verified:
             with torch.no_grad(), self._autocast():
                 mine = self.head(hidden[:, -1:])
             if mine.shape != last.shape or not torch.allclose(mine.float(), last.float(), rtol=1e-3, atol=1e-3):
-                return self._give_up("its logits are not lm_head(decoder output)")
+                self._give_up("its logits are not lm_head(decoder output)")
+                return None
             self.verified = True
         return hidden
 
@@ -134,11 +138,13 @@ class PolicyScorer:
             with self._forward_context():
                 out = self.model(input_ids=plan.prefix_ids, attention_mask=plan.prefix_mask, use_cache=True,
                                  logits_to_keep=1)
-                cache = getattr(out, self.cache_kwarg)  # the output field is named as the argument
+                kwarg = self.cache_kwarg
+                assert kwarg is not None  # `can_share` holds: the model takes a cache argument
+                cache = getattr(out, kwarg)  # the output field is named as the argument
                 cache.reorder_cache(plan.row_prompt)  # each row's prompt: an index_select, so gradients sum back
                 self.model(input_ids=plan.suffix_ids, attention_mask=plan.suffix_mask,
                            position_ids=plan.suffix_positions, use_cache=True, logits_to_keep=1,
-                           **{self.cache_kwarg: cache})
+                           **{kwarg: cache})
         finally:
             hook.remove()
         prompt, own = (o.last_hidden_state if hasattr(o, "last_hidden_state") else o[0] for o in captured[-2:])

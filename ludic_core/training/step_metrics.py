@@ -53,6 +53,7 @@ def _extreme(how: str, a: Value, b: Value) -> Value:
         return torch.maximum(a, b) if how == "max" else torch.minimum(a, b)
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         t, f = (a, b) if isinstance(a, torch.Tensor) else (b, a)
+        assert isinstance(t, torch.Tensor)  # one of the two is (narrowed for the type checker)
         return t.clamp_min(f) if how == "max" else t.clamp_max(f)
     return max(a, b) if how == "max" else min(a, b)
 

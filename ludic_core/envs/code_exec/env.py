@@ -48,7 +48,7 @@ SYSPROMPT = ("Complete the Python function. Answer with the whole function in on
 def shared_pool(backend: str = "bwrap", concurrency: int = 4, allow_unsandboxed: bool = False) -> SandboxPool:
     """One pool per setting in a process: every env of a rollout batch shares it,
     so `concurrency` bounds the sandboxes running at once."""
-    return SandboxPool(make_sandbox(backend, allow_unsandboxed=allow_unsandboxed),  # type: ignore[arg-type]
+    return SandboxPool(make_sandbox(backend, allow_unsandboxed=allow_unsandboxed),
                        concurrency=concurrency)
 
 
@@ -116,7 +116,7 @@ class CodeExecEnv(SingleAgentEnv):
         """Blocking form, for callers outside an event loop."""
         return asyncio.run(self._step(action))
 
-    async def step(self, actions: dict[str, str]) -> dict[str, StepOutcome]:  # type: ignore[override]
+    async def step(self, actions: dict[str, str]) -> dict[str, StepOutcome]:
         if DEFAULT_AGENT_ID not in actions:
             raise KeyError(f"{type(self).__name__}.step needs an action for {DEFAULT_AGENT_ID!r}")
         outcome = await self._step(actions[DEFAULT_AGENT_ID])

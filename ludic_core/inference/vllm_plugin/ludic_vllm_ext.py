@@ -44,8 +44,8 @@ try:
     )
     from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
 except ImportError:  # not inside vLLM's environment: nothing to register
-    WeightTransferEngine = WeightTransferInitInfo = WeightTransferUpdateInfo = object  # type: ignore
-    WeightTransferEngineFactory = None  # type: ignore
+    WeightTransferEngine = WeightTransferInitInfo = WeightTransferUpdateInfo = object
+    WeightTransferEngineFactory = None
 
 __all__ = ["GlooInitInfo", "GlooUpdateInfo", "GlooWeightTransferEngine", "LudicWorkerExtension"]
 
@@ -69,7 +69,7 @@ class GlooUpdateInfo(WeightTransferUpdateInfo):
     buckets: list[list[int]] = field(default_factory=list)
 
 
-class GlooWeightTransferEngine(WeightTransferEngine):  # type: ignore[misc,valid-type]
+class GlooWeightTransferEngine(WeightTransferEngine):
     """Receives bucketed broadcasts over a standalone gloo group."""
 
     init_info_cls = GlooInitInfo
@@ -167,7 +167,7 @@ class LudicWorkerExtension:
         if isinstance(engine, GlooWeightTransferEngine):
             engine.abort()
         was_active = bool(getattr(self, "_weight_update_active", False))
-        self._weight_update_active = False  # type: ignore[attr-defined]
+        self._weight_update_active = False
         return was_active
 
 
