@@ -263,7 +263,8 @@ class LocalChatClient:
             # cancelled the drain task) must not take, and never answer, a later loop's;
             # and only those for the batch's adapter (the first request's): the rest wait
             with self._pending_lock:
-                taken, kept = [], []
+                taken: list[Any] = []
+                kept: list[Any] = []
                 for p in self._pending:
                     if p[2].get_loop() is not loop:
                         kept.append(p)
@@ -292,7 +293,8 @@ class LocalChatClient:
         while self._syncing.is_set():  # a weight swap waits for the lock: let it go first
             time.sleep(0.001)
         with self._lock:
-            start, sizes, adapter = time.perf_counter(), [0], []
+            start, sizes = time.perf_counter(), [0]
+            adapter: list[Any] = []
             first = poll()
             if not adapter:
                 return
