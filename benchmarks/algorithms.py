@@ -36,6 +36,10 @@ three one-thread processes finish three seeds sooner than one process does.
 
 from __future__ import annotations
 
+from ludic_core import openmp
+
+openmp.configure()  # first: OpenMP's spin-wait, set before torch loads (ludic_core/openmp.py)
+
 import argparse
 import json
 import statistics

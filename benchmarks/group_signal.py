@@ -16,6 +16,10 @@ mean return, and the share of episodes that failed or did not parse.
 
 from __future__ import annotations
 
+from ludic_core import openmp
+
+openmp.configure()  # first: OpenMP's spin-wait, set before torch loads (ludic_core/openmp.py)
+
 import argparse
 import asyncio
 import tempfile

@@ -25,7 +25,7 @@ Why the comparison is fair:
   default `dapo`), AdamW lr 3e-5 (the recipe's RL lr) with betas (0.9, 0.95), no weight
   decay, a constant schedule, grad clip 1.0, one optimizer step per step, use_cpu;
 - same machine state: one process, torch's default threads and OpenMP settings (the
-  active wait policy `ludic_core` sets before torch loads: without it ludic's decode
+  active wait policy `openmp.configure()` sets before torch loads: without it ludic's decode
   thread slows TRL's small ops too, ludic_core/openmp.py); steps are interleaved
   (ludic TRL, TRL ludic, ...) after one warm-up step each, medians reported, so drift
   on a shared machine hits both alike. TRL's train loop drives: ludic's steps run in a
@@ -57,7 +57,9 @@ is ludic step / TRL step <= 0.6x. The first run also makes the warm-start model 
 
 from __future__ import annotations
 
-import ludic_core  # noqa: F401  # first: sets OpenMP's spin-wait before torch loads (ludic_core/openmp.py)
+from ludic_core import openmp
+
+openmp.configure()  # first: OpenMP's spin-wait, set before torch loads (ludic_core/openmp.py)
 
 import argparse
 import copy

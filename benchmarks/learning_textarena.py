@@ -20,6 +20,10 @@ TextArena's first-seat win+draw to ours after the last stage (n/a where ours is 
 
 from __future__ import annotations
 
+from ludic_core import openmp
+
+openmp.configure()  # first: OpenMP's spin-wait, set before torch loads (ludic_core/openmp.py)
+
 import argparse
 import json
 import tempfile

@@ -21,6 +21,10 @@ end to end, as the trainer waits for it.
 
 from __future__ import annotations
 
+from ludic_core import openmp
+
+openmp.configure()  # first: OpenMP's spin-wait, set before torch loads (ludic_core/openmp.py)
+
 import argparse
 import statistics
 import tempfile

@@ -35,7 +35,9 @@ and cached), then the default run takes about 15 s.
 
 from __future__ import annotations
 
-import ludic_core  # noqa: F401  # first: sets OpenMP's spin-wait before torch loads (ludic_core/openmp.py)
+from ludic_core import openmp
+
+openmp.configure()  # first: OpenMP's spin-wait, set before torch loads (ludic_core/openmp.py)
 
 import argparse
 import asyncio

@@ -13,6 +13,10 @@ wrap. Target: ratio <= 1.05x.
 
 from __future__ import annotations
 
+from ludic_core import openmp
+
+openmp.configure()  # first: OpenMP's spin-wait, set before torch loads (ludic_core/openmp.py)
+
 import argparse
 import shutil
 import tempfile

@@ -18,6 +18,10 @@ The last lines are each student's win+draw (X + O) over its teacher's.
 
 from __future__ import annotations
 
+from ludic_core import openmp
+
+openmp.configure()  # first: OpenMP's spin-wait, set before torch loads (ludic_core/openmp.py)
+
 import argparse
 import json
 import tempfile

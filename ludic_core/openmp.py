@@ -13,10 +13,22 @@ enough to bridge the gap between ops; `GOMP_SPINCOUNT=300000` keeps the
 unthrottled spin at libgomp's own default (about 3 ms), so a process that runs
 torch on one thread behaves as before.
 
-libgomp reads its environment once, when torch loads it, so `configure()` runs
-when `ludic_core` is imported, before torch, and never overrides a value the user
-set. A program that imports torch first keeps libgomp's defaults; `status()`
-says which case holds, and `LocalChatClient` logs it.
+libgomp reads its environment once, when torch loads it, so `configure()` must run
+before anything imports torch, and it never overrides a value the user set.
+Importing `ludic_core` does not call it (a process that only validates a config
+keeps its environment): the entry points that decode beside a trainer do, first
+thing. The `ludic` CLI and every flow-run process a Prefect worker starts do it
+when they import `flows` (flows/__init__.py); the benchmarks at their top. A
+program of your own that decodes and trains in one process calls it before
+importing torch:
+
+    from ludic_core import openmp
+    openmp.configure()  # before torch: libgomp reads its environment once
+    import torch
+
+(or sets `SETTINGS` in its environment). Child processes inherit the setting.
+Without it libgomp keeps its defaults; `status()` says which case holds, and
+`LocalChatClient` logs it.
 """
 
 from __future__ import annotations
@@ -47,7 +59,8 @@ def configure() -> bool:
 
 def status() -> Literal["configured", "user", "late"]:
     """'configured': libgomp reads `SETTINGS`; 'user': it reads values the user set; 'late':
-    torch loaded before `ludic_core`, so libgomp keeps its throttled 100-spin wait."""
+    torch loaded before `configure()` ran (or it never ran), so libgomp keeps its throttled
+    100-spin wait."""
     if _applied and all(os.environ.get(name) == value for name, value in SETTINGS.items()):
         return "configured"
     return "user" if _applied or "OMP_WAIT_POLICY" in os.environ else "late"

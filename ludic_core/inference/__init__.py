@@ -1,11 +1,13 @@
 """Inference clients: the `ChatClient` seam and its backends.
 
 `LocalChatClient` (torch/transformers) and `VLLMChatClient` (httpx) are
-imported lazily, through this package's attribute access, so configs and
-specs load anywhere.
+imported lazily, through this package's attribute access (`ludic_core.lazy`),
+so configs and specs load anywhere.
 """
 
-from typing import Any
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from ludic_core.inference.client import ChatClient, WeightPusher
 from ludic_core.inference.errors import ContextLengthError, InferenceServerError, UnknownServedModelError
@@ -16,6 +18,11 @@ from ludic_core.inference.sampling import (
     SamplingConfig,
 )
 from ludic_core.inference.scripted import ScriptedChatClient, ScriptedPolicy
+from ludic_core.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ludic_core.inference.local import LocalChatClient
+    from ludic_core.inference.vllm_client import VLLMChatClient
 
 __all__ = [
     "ChatClient",
@@ -33,14 +40,4 @@ __all__ = [
     "VLLMChatClient",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name == "LocalChatClient":
-        from ludic_core.inference.local import LocalChatClient
-
-        return LocalChatClient
-    if name == "VLLMChatClient":
-        from ludic_core.inference.vllm_client import VLLMChatClient
-
-        return VLLMChatClient
-    raise AttributeError(name)
+__getattr__, __dir__ = lazy_exports(__name__, {"LocalChatClient": "local", "VLLMChatClient": "vllm_client"})

@@ -112,9 +112,10 @@ class LocalChatClient:
         # thread, and alternating threads on 2 cores measured ~40% slower.
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="ludic-decode")
         if model_device(model).type == "cpu" and openmp.status() == "late":
-            log.info("torch was imported before ludic_core, so OpenMP keeps its short spin-wait: with a "
-                     "decode thread and a training thread, small CPU ops run up to 3x slower. Import "
-                     "ludic_core first, or set %s.", " ".join(f"{k}={v}" for k, v in openmp.SETTINGS.items()))
+            log.info("OpenMP keeps its short spin-wait (torch loaded before ludic_core.openmp.configure() "
+                     "ran): with a decode thread and a training thread, small CPU ops run up to 3x slower. "
+                     "Call it before importing torch, or set %s.",
+                     " ".join(f"{k}={v}" for k, v in openmp.SETTINGS.items()))
         self.stats = {"batches": 0, "requests": 0, "max_batch": 0, "decode_steps": 0, "compile_seconds": 0.0}
 
     # ---- prompts -------------------------------------------------------

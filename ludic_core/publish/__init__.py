@@ -2,17 +2,17 @@
 vLLM server through its native weight-transfer API (`VLLMPolicyPublisher`,
 imported lazily: it needs torch and httpx)."""
 
-from typing import Any
+from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from ludic_core.lazy import lazy_exports
 from ludic_core.publish.base import AdapterPublisher, InProcessPublisher, PolicyPublisher, adapter_name
 
 __all__ = ["AdapterPublisher", "InProcessPublisher", "PolicyPublisher", "VLLMPolicyPublisher", "WeightPushError",
            "adapter_name"]
 
+if TYPE_CHECKING:
+    from ludic_core.publish.vllm import VLLMPolicyPublisher, WeightPushError
 
-def __getattr__(name: str) -> Any:
-    if name in ("VLLMPolicyPublisher", "WeightPushError"):
-        from ludic_core.publish import vllm
-
-        return getattr(vllm, name)
-    raise AttributeError(name)
+__getattr__, __dir__ = lazy_exports(__name__, {"VLLMPolicyPublisher": "vllm", "WeightPushError": "vllm"})

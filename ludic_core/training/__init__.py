@@ -1,13 +1,18 @@
-"""Training: the Trainer loop, checkpoints, distributed helpers, schedules."""
+"""Training: the Trainer loop, checkpoints, distributed helpers, schedules.
 
-from typing import Any
+`Trainer` is resolved lazily (`ludic_core.lazy`), so `import ludic_core.training`
+(and a torch-free submodule such as `stage_spec`) loads no torch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ludic_core.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ludic_core.training.trainer import Trainer
 
 __all__ = ["Trainer"]
 
-
-def __getattr__(name: str) -> Any:  # keep `import ludic_core.training` light
-    if name == "Trainer":
-        from ludic_core.training.trainer import Trainer
-
-        return Trainer
-    raise AttributeError(name)
+__getattr__, __dir__ = lazy_exports(__name__, {"Trainer": "trainer"})
