@@ -23,6 +23,10 @@ curves.png (reward_mean by step, mean over seeds with a min-max band).
         [--env-kwarg KEY=JSON ...]
         [--out runs/algorithms]
     .venv/bin/python benchmarks/algorithms.py --merge RUN [RUN ...] [--out DIR]
+    .venv/bin/python benchmarks/algorithms.py --smoke   # CI: tic-tac-toe, grpo and the control, one step
+
+The last lines give, per recipe, the best RL row's mean score over the `sft_more`
+control's (`ratio (best RL row / sft_more control) ...`).
 
 An SFT checkpoint is made by the demo's own stages (flows.demo.teacher_to_sft,
 under --demo-dir/RECIPE) unless `--start RECIPE=MODEL_DIR` names one; the
@@ -232,6 +236,19 @@ def merge(paths: list[Path]) -> dict:
     return merged
 
 
+def ratio_line(name: str, rec: dict) -> str:
+    """The best RL row's mean score over the `sft_more` control's: same start, lr and budget."""
+    head = f"ratio (best RL row / sft_more control) mean score, {name}: "
+    means = {algo: statistics.fmean(r["score"] for r in runs) for algo, runs in rec["cells"].items() if runs}
+    control = means.pop("sft_more", None)
+    if not means or control is None:
+        return head + "n/a, " + ("no RL row" if not means else "no sft_more row")
+    if control <= 0:
+        return head + f"n/a, the control scores {control:.3f}"
+    best = max(means, key=means.__getitem__)
+    return head + f"{means[best] / control:.2f}x   ({best} {means[best]:.3f} vs {control:.3f})"
+
+
 def _row(name: str, algo: str, scores: list[float], sft: float, extra: str) -> str:
     mean = statistics.fmean(scores)
     return (f"{name:<12} {algo:<19} {extra}{mean:>6.3f} {min(scores):>6.3f} {max(scores):>6.3f} "
@@ -270,6 +287,8 @@ def report(results: dict, out: Path) -> None:
     lrs = ", ".join(f"{name} {rec['lr']}" for name, rec in results["recipes"].items())
     per_cell = f"{results['budget_s']:.0f} s" if results["steps"] is None else f"{results['steps']} steps"
     print(f"\n{len(results['seeds'])} seeds x {per_cell} per cell, lr {lrs}; {out / 'results.json'}, {png}")
+    for name, rec in results["recipes"].items():
+        print(ratio_line(name, rec))
 
 
 def main() -> None:
@@ -287,6 +306,8 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=64, help="episodes per step (prompts x group size)")
     ap.add_argument("--env-kwarg", action="append", default=[], metavar="KEY=JSON",
                     help="set a kwarg of the env RL trains on (not the evaluation's), e.g. move_shaping=0.5")
+    ap.add_argument("--eval-episodes", type=int,
+                    help="greedy episodes per evaluation (default: each recipe's eval_episodes)")
     ap.add_argument("--eval-at", type=int, nargs="+", default=[], metavar="STEP",
                     help="also evaluate every cell after these steps (the final one always is)")
     ap.add_argument("--start", action="append", default=[], metavar="RECIPE=MODEL_DIR")
@@ -301,7 +322,18 @@ def main() -> None:
     ap.add_argument("--merge", nargs="+", type=Path, metavar="RUN",
                     help="train nothing: one table from these runs' results.json (or their --out dirs), e.g. "
                          "one process per seed; written to --out")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CI: tic-tac-toe, grpo and the sft_more control, 1 seed x 1 step of 16 episodes, 8 eval "
+                         "games, from a start of 16 teacher episodes and 2 SFT steps (made once under the bench "
+                         "dir, runs/bench); proves the code path, measures nothing")
     args = ap.parse_args()
+    if args.smoke:
+        from _tic_tac_toe_policy import bench_root  # benchmarks/, on the path of a script run from there
+
+        args.recipes, args.algorithms, args.seeds, args.first_seed = ["tic_tac_toe"], ["grpo", "sft_more"], 1, 0
+        args.steps, args.episodes, args.eval_episodes, args.sft_steps, args.teacher_episodes = 1, 16, 8, 2, 16
+        args.demo_dir = str(bench_root() / "algorithms-smoke")
+        args.out = f"{args.demo_dir}/out"
     if args.merge:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
@@ -328,6 +360,8 @@ def main() -> None:
         recipe = get_recipe(name)
         if args.temperature is not None:
             recipe = type(recipe).model_validate({**recipe.model_dump(), "rl_temperature": args.temperature})
+        if args.eval_episodes is not None:
+            recipe = type(recipe).model_validate({**recipe.model_dump(), "eval_episodes": args.eval_episodes})
         recipe = with_env_kwargs(recipe, env_kwargs)  # RL's env only: the evaluation keeps the recipe's
         dataset, start = datasets.get(name), starts.get(name)
         if start is None:

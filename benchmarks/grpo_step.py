@@ -53,6 +53,7 @@ is ludic step / TRL step <= 0.6x. The first run also makes the warm-start model 
     .venv/bin/python benchmarks/grpo_step.py --preset tiny-10m --steps 3
     .venv/bin/python benchmarks/grpo_step.py --sft-steps 0      # random weights: every reward -1
     .venv/bin/python benchmarks/grpo_step.py --compile          # ludic's decode step compiled (inductor)
+    .venv/bin/python benchmarks/grpo_step.py --smoke            # CI: one timed step each, a 2-step warm start
 """
 
 from __future__ import annotations
@@ -228,7 +229,12 @@ def main() -> int:
     ap.add_argument("--compile", action="store_true",
                     help="ludic decodes with a compiled step (inductor on the CPU; its one-off compile falls in "
                          "the warm-up step and is printed)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CI: one timed step each after the warm-up, a 2-step SFT warm start (cached; the one "
+                         "benchmarks/multi_turn.py's smoke makes); proves the code path, measures nothing")
     args = ap.parse_args()
+    if args.smoke:
+        args.steps, args.sft_steps = 1, 2
     import transformers
 
     n = 1 + args.steps
@@ -302,7 +308,7 @@ def main() -> int:
     print(f"{'ludic':<18}{med:>14.3f}{roll:>10.3f}{upd:>10.3f}"
           f"{statistics.mean(x['len'] for x in timed):>16.1f}{statistics.mean(x['reward'] for x in timed):>+12.3f}")
     if not trl_result or len(trl_result.steps) < 2:
-        return 0
+        return 1 if args.smoke else 0  # a smoke without its peer proves nothing (TRL: the dev extra)
     trl_med = statistics.median(trl_result.steps[1:])
     pairs = list(zip(trl_result.steps, trl_result.rollout))[1:]
     trl_roll = statistics.median(r for _, r in pairs) if pairs else float("nan")
