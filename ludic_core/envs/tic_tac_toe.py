@@ -29,6 +29,7 @@ from ludic_core.envs.tic_tac_toe_rules import (  # the rules live there; re-expo
     move_regret,
     render_board,
     winner,
+    winning_moves,
 )
 from ludic_core.types import StepOutcome
 
@@ -147,11 +148,19 @@ class TicTacToeEnv(SingleAgentEnv):
     regret says it at the move. It pulls toward minimax-safe play (never
     losing), the goal of win+draw, not toward exploiting a random opponent.
     What it buys, by start: docs/experiments (2026-11-25 to 2026-11-27).
+
+    `random_start` n > 0 gives exploring starts: before the agent's first
+    move, 0 to n random moves by each side (drawn from the seed, as is the
+    rest) are played, so the game starts from a mid-game board. A GRPO
+    group shares its seed, hence its start: the siblings' first moves are
+    compared on one board, a clean per-state signal that from the empty board
+    only the opening gets. For training; evaluations start from the empty board.
     """
 
     def __init__(
         self, opponent: Literal["random", "minimax"] = "random",
         agent_mark: Literal["X", "O", "alternate"] = "X", move_shaping: float = 0.0,
+        random_start: int = 0,
     ) -> None:
         super().__init__()
         if opponent not in _OPPONENTS:
@@ -161,6 +170,10 @@ class TicTacToeEnv(SingleAgentEnv):
         if not move_shaping >= 0.0:
             raise ValueError(f"move_shaping must be >= 0, got {move_shaping!r}")
         self.move_shaping = float(move_shaping)
+        if not (isinstance(random_start, int) and 0 <= random_start <= 3):
+            raise ValueError(f"random_start must be an int in 0..3 (random moves per side before the agent's first), "
+                             f"got {random_start!r}")
+        self.random_start = random_start
         self.opponent = opponent
         #: "alternate" plays X on even seeds and O on odd ones: one config trains and scores both seats
         self.mark_rule = agent_mark
@@ -198,6 +211,8 @@ class TicTacToeEnv(SingleAgentEnv):
         self._board = EMPTY_BOARD
         self._in_play = True
         info: dict[str, Any] = {}
+        if self.random_start:
+            self._random_plies(self._rng.randint(0, self.random_start))
         if self.agent_mark == "O":
             info["opponent_move"] = self._opponent_move()
         info.update(_turn_info(self._board, self.agent_mark))
@@ -221,6 +236,20 @@ class TicTacToeEnv(SingleAgentEnv):
             return self._finish(result, extra, shaping)
         info = extra | _turn_info(self._board, self.agent_mark) | {"agent_mark": self.agent_mark}
         return StepOutcome(obs=_prompt_obs(self._board, self.agent_mark), reward=shaping, info=info)
+
+    def _random_plies(self, pairs: int) -> None:
+        """`pairs` random moves by X then O (so the same seat is to move as on an empty
+        board), stopping before a pair that would end the game, leave the agent
+        fewer than 2 moves of its own, or let an opponent X win before the agent moves."""
+        for _ in range(pairs):
+            board = self._board
+            for mark in ("X", "O"):
+                board = _place(board, self._rng.choice(legal_moves(board)) - 1, mark)
+                if _result(board, mark) is not None:
+                    return
+            if len(legal_moves(board)) < 4 or (self.agent_mark == "O" and winning_moves(board, "X")):
+                return
+            self._board = board
 
     def _opponent_move(self) -> int:
         """Play the opponent's move; return its cell (1-based)."""

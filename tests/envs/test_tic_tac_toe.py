@@ -252,6 +252,31 @@ def test_move_shaping_charges_each_move_its_regret():
         TicTacToeEnv(move_shaping=-1)
 
 
+@pytest.mark.parametrize("mark", ["X", "O"])
+def test_random_start_plays_seeded_pairs_of_random_moves_before_the_agents_first(mark):
+    env = TicTacToeEnv(agent_mark=mark, random_start=2)
+    starts = {}
+    for seed in range(600):
+        obs, _ = env.env_reset(seed)
+        board = env.board
+        assert "Your move" in obs and winner(board) is None  # no game is over before the agent moves
+        assert board.count("X") - board.count("O") == (1 if mark == "O" else 0)  # the agent's turn
+        assert len(legal_moves(board)) >= 3  # at least two moves of its own, the first included
+        starts[seed] = board
+    played = {(starts[s].count(".") - (8 if mark == "O" else 9)) // -2 for s in starts}
+    assert played == {0, 1, 2}  # 0, 1 or 2 pairs before the agent moves (the opponent's opening aside)
+    again = TicTacToeEnv(agent_mark=mark, random_start=2)
+    assert all((again.env_reset(s), again.board)[1] == starts[s] for s in (0, 7, 33))  # the seed fixes it
+    plain = TicTacToeEnv(agent_mark=mark)
+    assert {(plain.env_reset(s), plain.board)[1].count(".") for s in range(20)} == {9 if mark == "X" else 8}
+
+
+@pytest.mark.parametrize("bad", [-1, 4, 1.5, "2"])
+def test_random_start_is_checked(bad):
+    with pytest.raises(ValueError, match="random_start"):
+        TicTacToeEnv(random_start=bad)
+
+
 @pytest.mark.parametrize("action", ["0", "10", "abc", "", "5 5", "<move>5</move>"])
 def test_illegal_action_strings(action):
     env = TicTacToeEnv()
