@@ -128,8 +128,14 @@ def format_tuned_model_dir(tiny_model_dir, tmp_path_factory, device):
     at max_tokens. A few AdamW steps on "<move>N</move><eos>" answers to real
     tic-tac-toe observations make it answer in format (often legally), which lets
     protocol tests exercise real LLM moves. Plain torch: the Trainer is tested
-    elsewhere.
+    elsewhere. Built once per `pytest` run: the first xdist worker to ask trains it, the
+    other waits for it and loads the same directory (it took each worker ~30-60 s).
     """
+    return _built_once(tmp_path_factory, "format-tuned", lambda out: _format_tune(tiny_model_dir, device, out))
+
+
+def _format_tune(tiny_model_dir, device, out):
+    """format_tuned_model_dir's training, saved to `out` (seeded: the same weights whichever worker trains it)."""
     import asyncio
 
     import torch
@@ -172,9 +178,28 @@ def format_tuned_model_dir(tiny_model_dir, tmp_path_factory, device):
         loss.backward()
         opt.step()
     model.eval()
-    out = tmp_path_factory.mktemp("models") / "format-tuned"
     model.save_pretrained(out)
     tok.save_pretrained(out)
+
+
+def _built_once(tmp_path_factory, name: str, build):
+    """`build(dir)` run once per `pytest` run, whatever the number of xdist workers: under xdist
+    the directory lies in the run's base temp dir, which its workers share (each worker's own is
+    a folder of it), and a file lock makes the others wait for the first. A build that died
+    half-way (no marker file) is built again."""
+    import fcntl
+    import shutil
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    out, done = root / name, root / f"{name}.built"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(out, ignore_errors=True)
+            build(out)
+            done.touch()
     return out
 
 

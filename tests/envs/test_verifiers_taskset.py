@@ -9,7 +9,6 @@ import json
 import re
 
 import pytest
-import verifiers.v1 as vf
 
 from ludic_core.agents import Agent
 from ludic_core.algorithms import make_grpo
@@ -48,6 +47,8 @@ def _play(env, reply, seed):
 
 
 def test_the_tasks_own_rubric_and_judge_score_the_reply(qa_config):
+    import verifiers.v1 as vf  # here, not at the top: ~10 s of imports every xdist worker's collection would pay
+
     env = VerifiersTasksetEnv("vf_local_qa", qa_config)
     assert len(env.tasks) == 4 and isinstance(env.tasks[0], vf.Task)
     for seed, reply in [(0, "5"), (1, "-2"), (1, "2"), (2, "the answer is 12"), (6, "12")]:
@@ -84,6 +85,8 @@ def test_a_failing_judge_fails_its_episode_not_the_batch(qa_config):
 
 
 def test_unsupported_parts_are_refused_when_the_env_is_built(qa_config):
+    import verifiers.v1 as vf
+
     class BoxTask(vf.Task[vf.TaskData]):
         async def setup(self, trace, runtime):
             await runtime.run(["true"], {})
