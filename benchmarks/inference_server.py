@@ -63,10 +63,11 @@ def build_push_model(root: Path, tiny_dir: Path, hidden: int, layers: int) -> Pa
     return out
 
 
-def bench_push(model_dir: Path, pushes: int, log_dir: str) -> dict:
+def bench_push(model_dir: Path, pushes: int, log_dir: str, served=None) -> dict:
+    """`served`: (server, key) of a server already serving `model_dir`, left running (else one is started)."""
     model, _ = load_model_and_tokenizer(model_dir)
     state = model.state_dict()
-    server, key = start_vllm_server(model_dir, VLLMServerConfig(log_dir=log_dir, startup_timeout_s=600))
+    server, key = served or start_vllm_server(model_dir, VLLMServerConfig(log_dir=log_dir, startup_timeout_s=600))
     try:
         pub = VLLMPolicyPublisher(server.root_url, api_key=key)
         pub.connect()
@@ -91,10 +92,12 @@ def bench_push(model_dir: Path, pushes: int, log_dir: str) -> dict:
                 "data_plane_s": statistics.median(plane),
                 "end_to_end_mb_s": mb / statistics.median(totals), "data_plane_mb_s": mb / statistics.median(plane)}
     finally:
-        server.stop()
+        if served is None:
+            server.stop()
 
 
-def bench_decode(tiny_dir: Path, batch: int, n: int, repeats: int, log_dir: str) -> dict:
+def bench_decode(tiny_dir: Path, batch: int, n: int, repeats: int, log_dir: str, served=None) -> dict:
+    """`served`: as bench_push's, serving `tiny_dir`."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent))  # the same prompts and HF baseline as rollout_throughput.py
@@ -111,7 +114,7 @@ def bench_decode(tiny_dir: Path, batch: int, n: int, repeats: int, log_dir: str)
     mask = torch.zeros((batch, width), dtype=torch.long)
     for i, p in enumerate(prompts):
         ids[i, width - len(p):], mask[i, width - len(p):] = torch.tensor(p), 1
-    server, key = start_vllm_server(tiny_dir, VLLMServerConfig(log_dir=log_dir))
+    server, key = served or start_vllm_server(tiny_dir, VLLMServerConfig(log_dir=log_dir))
     try:
         remote = VLLMChatClient(server.base_url, api_key=key, extra_body={"ignore_eos": True})
 
@@ -132,7 +135,8 @@ def bench_decode(tiny_dir: Path, batch: int, n: int, repeats: int, log_dir: str)
                 contestants[name]()
                 times[name].append(time.perf_counter() - t0)
     finally:
-        server.stop()
+        if served is None:
+            server.stop()
     return {k: batch * n / statistics.median(v) for k, v in times.items()}
 
 
@@ -146,8 +150,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--smoke", action="store_true",
-                    help="CI: a 2-layer push model, one push, 2 requests x 4 tokens, one timed run (both servers "
-                         "still start); proves the code path, measures nothing")
+                    help="CI: a 2-layer push model, one push, then 2 requests x 4 tokens on that model, one timed "
+                         "run, all on one vLLM server (a start is 1-2 minutes on 2 cores); proves the code path, "
+                         "measures nothing")
     args = ap.parse_args()
     if args.smoke:
         args.hidden, args.layers, args.pushes, args.batch, args.max_tokens, args.repeats = 64, 2, 1, 2, 4, 1
@@ -155,15 +160,22 @@ def main() -> None:
     tiny = build_tiny_model(root / "tiny-1m", "tiny-1m")
     logs = str(root / "vllm-logs")
 
-    push = bench_push(build_push_model(root, tiny, args.hidden, args.layers), args.pushes, logs)
+    push_dir = build_push_model(root, tiny, args.hidden, args.layers)
+    # the smoke decodes on its push model (the tiny preset's tokenizer and chat template), so one server does both
+    served = start_vllm_server(push_dir, VLLMServerConfig(log_dir=logs, startup_timeout_s=600)) if args.smoke else None
+    try:
+        push = bench_push(push_dir, args.pushes, logs, served)
+        tps = bench_decode(push_dir if args.smoke else tiny, args.batch, args.max_tokens, args.repeats, logs, served)
+    finally:
+        if served is not None:
+            served[0].stop()
     print(f"weight push: {push['params_m']:.0f}M params, {push['mb']:.0f} MB fp32, median of {args.pushes} "
           f"(server start-up {push['startup_s']:.0f} s)")
     print(f"  end to end (pause..resume): {push['end_to_end_s']:.2f} s = {push['end_to_end_mb_s']:.0f} MB/s")
     print(f"  data plane (gloo buckets):  {push['data_plane_s']:.2f} s = {push['data_plane_mb_s']:.0f} MB/s")
 
-    tps = bench_decode(tiny, args.batch, args.max_tokens, args.repeats, logs)
-    print(f"decode, tiny-1m fp32, {args.batch} concurrent requests x {args.max_tokens} tokens "
-          f"(threads={torch.get_num_threads()}):")
+    print(f"decode, {'the push model' if args.smoke else 'tiny-1m'} fp32, {args.batch} concurrent requests x "
+          f"{args.max_tokens} tokens (threads={torch.get_num_threads()}):")
     print(f"{'engine':<18}{'tokens/s':>10}{'vs vLLM':>9}")
     base = tps["vLLM-CPU (HTTP)"]
     for name, v in tps.items():

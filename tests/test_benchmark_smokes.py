@@ -65,7 +65,7 @@ SMOKES = [  # seconds: two runs on the 2-core machine beside other jobs
     smoke("algorithms.py", marks=heavy),            # 43 s warm, 80 s cold: the demo's stages (cached), then 2 cells
     smoke("time_to_target.py", marks=heavy, timeout=600,  # 25-35 s warm, +~90 s for its cached warm start
           also=("contestant", "ratio (ludic seconds to target / TRL's")),  # (was test_benchmark_time_to_target's)
-    smoke("inference_server.py", marks=(heavy, vllm), timeout=600),  # 166-188 s: two vLLM servers start
+    smoke("inference_server.py", marks=(heavy, vllm), timeout=600),  # 106 s: one vLLM server (two: 253 s)
     smoke("lora_publish.py", "--vllm", marks=(heavy, vllm), timeout=600),  # 67-72 s
     smoke("teacher_student.py", marks=(heavy, vllm), timeout=600),  # 165-212 s
 ]
