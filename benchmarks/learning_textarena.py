@@ -81,7 +81,7 @@ def run(name: str, args: argparse.Namespace) -> list[dict]:
     """The chain on one recipe (each stage's output is reused by a rerun)."""
     from flows.rejection_sampling import RejectionSamplingConfig, rejection_sampling
     from flows.rl_train import RLTrainConfig, rl_train
-    from flows.sft import SFTFlowConfig, sft
+    from flows.sft import SupervisedFinetuneConfig, sft
     from ludic_core.compose.policy import ScriptedPolicy
     from ludic_core.config import RL_TRAINER, SFT_TRAINER, GRPOConfig
     from ludic_core.recipes.textarena import MAX_SEQ_LEN
@@ -96,7 +96,7 @@ def run(name: str, args: argparse.Namespace) -> list[dict]:
         env=recipe.env, agent=recipe.agent, student_path=model, prompts=args.teacher_episodes,
         teacher=ScriptedPolicy(policy=recipe.teacher, kwargs=recipe.teacher_kwargs), keep=recipe.keep,
         out_dir=f"{out}/rejection"))
-    sft_model = sft(SFTFlowConfig(
+    sft_model = sft(SupervisedFinetuneConfig(
         model_path=model, dataset_path=dataset, out_dir=f"{out}/sft", steps=args.sft_steps,
         steps_per_stage=args.sft_steps, batch_size=args.sft_batch, trainer=SFT_TRAINER.model_copy(
             update={"total_steps": args.sft_steps, "max_seq_len": MAX_SEQ_LEN, "seed": args.seed})))

@@ -82,7 +82,7 @@ def run(a: argparse.Namespace) -> None:
     from flows.evaluate import EvaluateConfig, evaluate
     from flows.policies import VLLMPolicy
     from flows.rejection_sampling import RejectionSamplingConfig, rejection_sampling
-    from flows.sft import SFTFlowConfig, sft
+    from flows.sft import SupervisedFinetuneConfig, sft
     from ludic_core.compose.policy import ModelPolicy
     from ludic_core.config import SFT_TRAINER
     from ludic_core.inference.vllm_server import VLLMServerConfig
@@ -117,8 +117,8 @@ def run(a: argparse.Namespace) -> None:
         done = json.loads((out / f"rejection-{name}" / "done.json").read_text())
         times[f"rejection sampling ({name})"] = time.perf_counter() - t
         t = time.perf_counter()
-        student = sft(SFTFlowConfig(model_path=student_base, dataset_path=data, out_dir=str(out / f"sft-{name}"),
-                                    steps=a.sft_steps, trainer=trainer))
+        student = sft(SupervisedFinetuneConfig(model_path=student_base, dataset_path=data,
+                                               out_dir=str(out / f"sft-{name}"), steps=a.sft_steps, trainer=trainer))
         times[f"student SFT ({name})"] = time.perf_counter() - t
         teacher_dir = teacher if name == "vllm" else foreign
         for who, model in ((f"teacher ({name})", teacher_dir), (f"student of {name} teacher", student)):

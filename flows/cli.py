@@ -34,7 +34,7 @@ __all__ = ["main", "FLOWS"]
 FLOWS: dict[str, tuple[str, str, str]] = {
     "demo": ("flows.demo", "demo", "DemoConfig"),
     "rejection_sampling": ("flows.rejection_sampling", "rejection_sampling", "RejectionSamplingConfig"),
-    "sft": ("flows.sft", "sft", "SFTFlowConfig"),
+    "sft": ("flows.sft", "sft", "SupervisedFinetuneConfig"),
     "rl_train": ("flows.rl_train", "rl_train", "RLTrainConfig"),
     "pipeline_rl": ("flows.pipeline_rl", "pipeline_rl", "PipelineRLConfig"),
     "pipeline_trainer": ("flows.pipeline_parts", "pipeline_trainer", "PipelineTrainerConfig"),

@@ -12,10 +12,14 @@ from pydantic import Field, model_validator
 
 from ludic_core.bounds import MAX_PROCESSES, bounded
 from ludic_core.frozen import FrozenModel
+from ludic_core.lazy import renamed_exports
 from ludic_core.training.stage_spec import NodeSettings
 
-__all__ = ["FlowConfig", "LaunchConfig", "SlotConfig", "TrainingConfig", "SCHEDULE_FOLLOWS_STEPS", "held", "require_model_dir",
-           "require_path"]
+__all__ = ["FlowConfig", "LaunchConfig", "SlotConfig", "MultiNodeLaunchConfig", "SCHEDULE_FOLLOWS_STEPS", "held",
+           "require_model_dir", "require_path"]
+
+#: renamed in issue 56: `TrainingConfig` read like `TrainerConfig` (the optimiser's settings)
+__getattr__ = renamed_exports(__name__, {"TrainingConfig": "flows.common:MultiNodeLaunchConfig"})
 
 #: a flow's lr schedule spans its run: `trainer.total_steps` is `steps` unless stated (then it must agree)
 SCHEDULE_FOLLOWS_STEPS: dict[str, str] = {"trainer.total_steps": "steps"}
@@ -49,13 +53,13 @@ class LaunchConfig(SlotConfig):
     nproc: int = bounded(2, ge=1, le=MAX_PROCESSES, description="ranks per node under torchrun")
 
 
-class TrainingConfig(LaunchConfig):
+class MultiNodeLaunchConfig(LaunchConfig):
     """A `LaunchConfig` that can also train across machines."""
 
     nodes: NodeSettings = Field(NodeSettings(), description="torchrun across machines (launcher torchrun)")
 
     @model_validator(mode="after")
-    def _nodes_need_torchrun(self) -> TrainingConfig:
+    def _nodes_need_torchrun(self) -> MultiNodeLaunchConfig:
         if self.nodes.nnodes > 1 and self.launcher != "torchrun":
             raise ValueError(f"nodes.nnodes={self.nodes.nnodes} needs launcher: torchrun")
         return self

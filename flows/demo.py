@@ -20,7 +20,7 @@ from pydantic import Field
 from flows.common import FlowConfig
 from flows.rejection_sampling import RejectionSamplingConfig, rejection_sampling
 from flows.rl_train import RLTrainConfig, rl_train
-from flows.sft import SFTFlowConfig, sft
+from flows.sft import SupervisedFinetuneConfig, sft
 from ludic_core.bounds import MAX_EPISODES, MAX_GROUP, MAX_SEED, MAX_STEPS, bounded
 from ludic_core.compose.configs import AgentConfig
 from ludic_core.compose.policy import ModelPolicy, ScriptedPolicy
@@ -88,7 +88,7 @@ def teacher_to_sft(cfg: DemoConfig, recipe: Recipe, model_path: str) -> tuple[st
     dir). The RL stage (and benchmarks/algorithms.py) start from that model."""
     run, steps = cfg.out, cfg.sft_steps or recipe.sft_steps
     dataset = teacher_data(cfg, recipe, model_path)
-    sft_model = sft(SFTFlowConfig(
+    sft_model = sft(SupervisedFinetuneConfig(
         model_path=model_path, dataset_path=dataset, out_dir=f"{run}/sft", steps=steps,
         steps_per_stage=max(steps // 4, 1), launcher=cfg.launcher, progress_bar=cfg.progress_bar,
         trainer=sft_trainer(cfg, recipe, steps)))

@@ -27,14 +27,14 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field, model_validator
 
 from flows.common import SCHEDULE_FOLLOWS_STEPS, LaunchConfig, held, require_model_dir
-from flows.vllm_inference import VLLMSettings, vllm_inference
+from flows.vllm_inference import vllm_inference
 from ludic_core.bounds import (MAX_BATCH, MAX_EPISODES, MAX_PROCESSES, MAX_QUEUE_ITEMS, MAX_SEED, MAX_STEPS,
                                bounded)
 from ludic_core.compose.configs import AgentConfig, EnvConfig, SeedSchedule
 from ludic_core.compose.policy import ModelPolicy
 from ludic_core.compose.serving import server_for_run
 from ludic_core.config import (PIPELINE_TRAINER, AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig,
-                               check_max_lag, group_size_of, reuse_of)
+                               VLLMConfig, check_max_lag, group_size_of, reuse_of)
 from ludic_core.frozen import FrozenModel
 from ludic_core.queue.actor import ActorSpec
 from ludic_core.training.checkpoint import verified_checkpoint
@@ -100,7 +100,7 @@ class PipelineRLConfig(LaunchConfig):
     inference: Literal["local", "vllm"] = Field(
         "local", description="local = actors decode in-process from the published model directory; vllm = actors "
                              "roll out through a vLLM server the stages push their weights into, see `vllm`")
-    vllm: VLLMSettings = Field(VLLMSettings(), description="the vLLM server (inference: vllm only)")
+    vllm: VLLMConfig = Field(VLLMConfig(), description="the vLLM server (inference: vllm only)")
     local: LocalInferenceConfig = LocalInferenceConfig()
     redis_block: str | None = Field(None, description="name of a RedisQueue block; None = start a local "
                                                       "redis-server for the run (needs the binary)")

@@ -19,20 +19,18 @@ from pydantic import Field, SecretStr, model_validator
 from flows.common import FlowConfig
 from ludic_core.compose.policy import ModelPolicy, ScriptedPolicy
 from ludic_core.compose.serving import served_adapter, server_for_adapter
-from ludic_core.inference.vllm_server import VLLMServerConfig
+from ludic_core.config import VLLMServing
 
 __all__ = ["VLLMPolicy", "PolicyConfig", "served", "endpoint_from_block"]
 
 
-class VLLMPolicy(FlowConfig):
-    """A policy behind vLLM's OpenAI API."""
+class VLLMPolicy(VLLMServing, FlowConfig):
+    """A policy behind vLLM's OpenAI API: the server (`VLLMServing`: a running one named by
+    `endpoint_block`, or one started from `model_path` with `server`) and the adapter it plays."""
 
     kind: Literal["vllm"] = "vllm"
     model_path: str | None = Field(None, description="HF model dir the flow serves for this run (its tokenizer "
                                                      "decides whether exact token ids are stored)")
-    endpoint_block: str | None = Field(None, description="name of an InferenceEndpoint block (kind vllm) of a "
-                                                         "running server, instead of model_path")
-    server: VLLMServerConfig = Field(VLLMServerConfig(), description="how the flow starts its server (model_path)")
     adapter: str | None = Field(None, description="play a LoRA adapter over the served model: a name the server "
                                                   "serves (e.g. policy-v12), or an adapter directory (a LoRA "
                                                   "checkpoint's model/) loaded for this run; None = the base")

@@ -9,22 +9,22 @@ from typing import ClassVar, Literal
 from prefect import flow, get_run_logger
 from pydantic import Field, model_validator
 
-from flows.common import SCHEDULE_FOLLOWS_STEPS, TrainingConfig, held, require_model_dir
+from flows.common import SCHEDULE_FOLLOWS_STEPS, MultiNodeLaunchConfig, held, require_model_dir
 from flows.loggers import wandb_spec
 from flows.staging import run_stages
-from flows.vllm_inference import VLLMSettings, vllm_inference
+from flows.vllm_inference import vllm_inference
 from ludic_core.bounds import MAX_BATCH, MAX_EPISODES, MAX_SEED, MAX_STEPS, bounded
 from ludic_core.compose.configs import AgentConfig, EnvConfig, SeedSchedule
 from ludic_core.compose.policy import ModelPolicy
 from ludic_core.compose.serving import server_for_run
 from ludic_core.config import (RL_TRAINER, AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig,
-                               VLLMEndpoint, group_size_of)
+                               VLLMConfig, VLLMEndpoint, group_size_of)
 from ludic_core.training.stage import RolloutData, StageSpec
 from tasks.artifacts import adapters_artifact, learning_curve_artifact, table_artifact
 from tasks.evaluation import evaluate_policy
 
 
-class RLTrainConfig(TrainingConfig):
+class RLTrainConfig(MultiNodeLaunchConfig):
     follows: ClassVar[dict[str, str]] = SCHEDULE_FOLLOWS_STEPS
 
     model_path: str = Field(description="initial policy (e.g. the SFT model dir)")
@@ -42,7 +42,7 @@ class RLTrainConfig(TrainingConfig):
         description="optimisation settings: a partial mapping changes only what it names; total_steps follows steps")
     inference: Literal["local", "vllm"] = Field(
         "local", description="local = in-process LocalChatClient (no server); vllm = a vLLM server, see `vllm`")
-    vllm: VLLMSettings = Field(VLLMSettings(), description="the vLLM server (inference: vllm only)")
+    vllm: VLLMConfig = Field(VLLMConfig(), description="the vLLM server (inference: vllm only)")
     local: LocalInferenceConfig = Field(
         LocalInferenceConfig(), description="the in-process engine: rollouts (inference: local) and evaluation")
     eval_env: EnvConfig | None = Field(None, description="env of the evaluations after each stage (None = env)")

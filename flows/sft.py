@@ -7,16 +7,24 @@ from typing import ClassVar, Literal
 from prefect import flow
 from pydantic import Field
 
-from flows.common import SCHEDULE_FOLLOWS_STEPS, TrainingConfig, held, require_model_dir, require_path
+from flows.common import SCHEDULE_FOLLOWS_STEPS, MultiNodeLaunchConfig, held, require_model_dir, require_path
 from flows.loggers import wandb_spec
 from flows.staging import run_stages
 from ludic_core.bounds import MAX_BATCH, MAX_STEPS, bounded
 from ludic_core.config import SFT_TRAINER, SFTConfig, TrainerConfig
 from ludic_core.training.stage import DatasetData, StageSpec
+from ludic_core.lazy import renamed_exports
 from tasks.artifacts import learning_curve_artifact
 
+__all__ = ["SupervisedFinetuneConfig", "sft"]
 
-class SFTFlowConfig(TrainingConfig):
+#: renamed in issue 56: `SFTFlowConfig` read like `SFTConfig` (the sft algorithm's config)
+__getattr__ = renamed_exports(__name__, {"SFTFlowConfig": "flows.sft:SupervisedFinetuneConfig"})
+
+
+class SupervisedFinetuneConfig(MultiNodeLaunchConfig):
+    """The `sft` flow's config (the flow; the algorithm it runs is `SFTConfig`, `type: sft`)."""
+
     follows: ClassVar[dict[str, str]] = SCHEDULE_FOLLOWS_STEPS
 
     model_path: str = Field(description="initial weights (HF model dir)")
@@ -42,13 +50,13 @@ class SFTFlowConfig(TrainingConfig):
 
 
 @flow(name="sft")
-def sft(cfg: SFTFlowConfig) -> str:
+def sft(cfg: SupervisedFinetuneConfig) -> str:
     """Returns the final checkpoint's model directory."""
     with held(cfg.slot):  # runs naming the same slot never overlap
         return _sft(cfg)
 
 
-def _sft(cfg: SFTFlowConfig) -> str:
+def _sft(cfg: SupervisedFinetuneConfig) -> str:
     cfg.preflight()
     spec = StageSpec(model_path=cfg.model_path, checkpoint_dir=f"{cfg.out_dir}/checkpoints",
                      algorithm=SFTConfig(), trainer=cfg.trainer, until_step=cfg.steps,

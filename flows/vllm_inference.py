@@ -19,39 +19,28 @@ from contextlib import contextmanager
 from typing import Callable, Iterator
 
 from prefect import get_run_logger
-from pydantic import Field, SecretStr
+from pydantic import SecretStr
 
-from flows.common import FlowConfig
 from flows.policies import endpoint_from_block
-from ludic_core.bounds import MAX_ATTEMPTS, MAX_BUCKET_MB, bounded
 from ludic_core.compose.serving import server_for_run
-from ludic_core.config import AdapterPublishing, LoRAConfig, VLLMEndpoint
-from ludic_core.inference.vllm_server import VLLMServerConfig
+from ludic_core.config import LoRAConfig, VLLMConfig, VLLMEndpoint
+from ludic_core.lazy import renamed_exports
 from ludic_core.publish.vllm import AdapterLoadError, WeightPushError
 from ludic_core.training.stage import StageSpec
 from tasks.inference import ensure_server, start_server, stop_server, watch_server
 from tasks.training import train_stage
 
-__all__ = ["VLLMSettings", "vllm_inference"]
+__all__ = ["vllm_inference"]
 
 KEY_ENV = "LUDIC_VLLM_API_KEY"
 
 
-class VLLMSettings(FlowConfig):
-    endpoint_block: str | None = Field(
-        None, description="name of an InferenceEndpoint block (kind vllm) of a running server; "
-                          "None = start a server for this run")
-    server: VLLMServerConfig = Field(VLLMServerConfig(), description="how to start it (no endpoint_block)")
-    stage_attempts: int = bounded(3, ge=1, le=MAX_ATTEMPTS,
-                                  description="tries per stage, restarting our server in between")
-    bucket_mb: int = bounded(64, ge=1, le=MAX_BUCKET_MB, description="weight-push bucket size")
-    lora: AdapterPublishing = Field(
-        AdapterPublishing(), description="how a LoRA run publishes: its adapter (default; a server the flow "
-                                         "starts then serves LoRA at the run's rank) or merged full weights")
+#: renamed in issue 56: the flows' vLLM settings are now the one vLLM config, with the same fields
+__getattr__ = renamed_exports(__name__, {"VLLMSettings": "ludic_core.config:VLLMConfig"})
 
 
 @contextmanager
-def vllm_inference(settings: VLLMSettings, model_path: str, *, launcher: str, nproc: int,
+def vllm_inference(settings: VLLMConfig, model_path: str, *, launcher: str, nproc: int,
                    lora: LoRAConfig | None = None) -> Iterator[tuple[VLLMEndpoint, Callable[[StageSpec], dict]]]:
     """Yields (endpoint for StageSpec.vllm, run_one for run_stages). `lora`: the run's
     trainer.lora (None = a full fine-tune)."""
@@ -87,8 +76,7 @@ def vllm_inference(settings: VLLMSettings, model_path: str, *, launcher: str, np
         raise AssertionError("unreachable")
 
     try:
-        yield VLLMEndpoint(base_url=base_url, model=model, api_key_env=KEY_ENV, bucket_mb=settings.bucket_mb,
-                           lora=settings.lora), run_one
+        yield settings.endpoint(base_url, model, KEY_ENV), run_one
     finally:
         if previous_key is None:
             os.environ.pop(KEY_ENV, None)

@@ -18,9 +18,10 @@ from pydantic import Field, model_validator
 from ludic_core.algorithms import (AlgorithmConfig, CISPOConfig, CustomConfig, DynamicSampling, GRPOConfig,
                                    GSPOConfig, ReinforceBaselineConfig, ReinforceConfig, RolloutReuse, ScaleRLConfig,
                                    SFTConfig)
-from ludic_core.bounds import (MAX_BUCKET_MB, MAX_CHECKPOINTS, MAX_CONCURRENCY, MAX_LORA_RANK, MAX_SEED, MAX_SEQ_LEN,
-                               MAX_STEPS, MAX_TOKEN_BUDGET, bounded)
+from ludic_core.bounds import (MAX_ATTEMPTS, MAX_BUCKET_MB, MAX_CHECKPOINTS, MAX_CONCURRENCY, MAX_LORA_RANK,
+                               MAX_SEED, MAX_SEQ_LEN, MAX_STEPS, MAX_TOKEN_BUDGET, bounded)
 from ludic_core.frozen import FrozenModel
+from ludic_core.inference.vllm_server import VLLMServerConfig
 from ludic_core.specs import DEVICE_DOC, DEVICE_PATTERN, DType
 
 __all__ = [
@@ -45,7 +46,10 @@ __all__ = [
     "RL_TRAINER",
     "SFT_TRAINER",
     "AdapterPublishing",
+    "WeightPush",
+    "VLLMServing",
     "VLLMEndpoint",
+    "VLLMConfig",
 ]
 
 Beta = Annotated[float, Field(ge=0.0, lt=1.0)]
@@ -186,8 +190,31 @@ class AdapterPublishing(FrozenModel):
         return self.adapter_dir or str(PurePath(checkpoint_dir).parent / "adapters")
 
 
-class VLLMEndpoint(FrozenModel):
-    """Roll out through a running vLLM server and publish weights into it.
+class WeightPush(FrozenModel):
+    """How a run's weights go into a vLLM server: in buckets of `bucket_mb`, or (a LoRA
+    run) as its adapter. One of the parts of `VLLMConfig`; an endpoint carries it to the stages."""
+
+    bucket_mb: int = bounded(64, ge=1, le=MAX_BUCKET_MB, description="weight-push bucket size")
+    lora: AdapterPublishing = Field(
+        AdapterPublishing(), description="how a LoRA run publishes: its adapter (default; a server the flow "
+                                         "starts then serves LoRA at the run's rank) or merged full weights")
+
+
+class VLLMServing(FrozenModel):
+    """Which vLLM server: a running one, named by an `InferenceEndpoint` block, or one the
+    flow starts for the run from `server` (and stops at its end). One of the parts of
+    `VLLMConfig`; a vLLM-served policy (`flows.policies.VLLMPolicy`) is this and a model."""
+
+    endpoint_block: str | None = Field(
+        None, description="name of an InferenceEndpoint block (kind vllm) of a running server; "
+                          "None = the flow starts a server for this run")
+    server: VLLMServerConfig = Field(VLLMServerConfig(), description="how the flow starts its server "
+                                                                     "(no endpoint_block)")
+
+
+class VLLMEndpoint(WeightPush):
+    """Roll out through a running vLLM server and publish weights into it: where the
+    server is (resolved by a flow from its `VLLMConfig`) and how weights go in.
 
     The API key is read from the environment variable `api_key_env`, so it is
     never written into a spec file (torchrun stages read specs from disk).
@@ -196,5 +223,18 @@ class VLLMEndpoint(FrozenModel):
     base_url: str = Field(description="the server's OpenAI API root, e.g. http://127.0.0.1:8000/v1")
     model: str = Field("policy", description="served model name")
     api_key_env: str = Field("LUDIC_VLLM_API_KEY", description="environment variable holding the API key")
-    bucket_mb: int = bounded(64, ge=1, le=MAX_BUCKET_MB, description="weight-push bucket size")
-    lora: AdapterPublishing = Field(AdapterPublishing(), description="how a LoRA run publishes into the server")
+
+
+class VLLMConfig(WeightPush, VLLMServing):
+    """The vLLM config a training flow takes (`rl_train`'s and `pipeline_rl`'s `vllm:`):
+    which server (`VLLMServing`), how weights go into it (`WeightPush`), and how often a
+    stage is tried when the server dies. Every vLLM field is stated once, in one of
+    `VLLMServerConfig` (launching), `VLLMServing` and `WeightPush`."""
+
+    stage_attempts: int = bounded(3, ge=1, le=MAX_ATTEMPTS,
+                                  description="tries per stage, restarting our server in between")
+
+    def endpoint(self, base_url: str, model: str, api_key_env: str) -> VLLMEndpoint:
+        """The stages' view of the server this config chose, once it runs at `base_url`."""
+        return VLLMEndpoint(base_url=base_url, model=model, api_key_env=api_key_env, bucket_mb=self.bucket_mb,
+                            lora=self.lora)

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import importlib
 import sys
+import warnings
 from typing import Any, Callable, Mapping
 
-__all__ = ["lazy_exports"]
+__all__ = ["lazy_exports", "renamed_exports"]
 
 
 def lazy_exports(package: str, sources: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
@@ -32,3 +33,21 @@ def lazy_exports(package: str, sources: Mapping[str, str]) -> tuple[Callable[[st
         return sorted(set(vars(sys.modules[package])) | set(sources))
 
     return __getattr__, __dir__
+
+
+def renamed_exports(module: str, renames: Mapping[str, str]) -> Callable[[str], Any]:
+    """`__getattr__` for `module` that keeps renamed names importable for one release:
+    `renames` maps an old name to its new home, "pkg.module:NewName". Using an old name
+    warns (a DeprecationWarning naming the new one) and returns the new object, so code
+    written against the old name keeps running while it is told where to go."""
+
+    def __getattr__(name: str) -> Any:
+        target = renames.get(name)
+        if target is None:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        home, new = target.split(":")
+        warnings.warn(f"{module}.{name} is renamed {home}.{new}: import that instead ({name} goes in the "
+                      "next release)", DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(home), new)
+
+    return __getattr__

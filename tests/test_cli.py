@@ -75,10 +75,10 @@ def test_the_hinted_command_builds_the_missing_model(tmp_path):
     import re
     import shlex
 
-    from flows.sft import SFTFlowConfig
+    from flows.sft import SupervisedFinetuneConfig
 
     model = tmp_path / "runs" / "models" / "tiny-1m"
-    cfg = SFTFlowConfig(model_path=str(model), dataset_path=str(tmp_path))
+    cfg = SupervisedFinetuneConfig(model_path=str(model), dataset_path=str(tmp_path))
     with pytest.raises(FileNotFoundError) as info:
         cfg.preflight()
     command = re.search(r"`(ludic model tiny [^`]*)`", str(info.value))

@@ -246,16 +246,16 @@ def test_a_missing_model_says_how_to_build_it(tmp_path, monkeypatch):
 def test_partial_nested_configs_change_only_what_they_name_as_the_page_says():
     """docs/pipelines.md: `trainer: {lr: 0.001}` keeps sft's cosine schedule, warmup and
     max_seq_len; `trainer.total_steps` follows `steps`, and a disagreeing one is refused."""
-    from flows.sft import SFTFlowConfig
+    from flows.sft import SupervisedFinetuneConfig
 
     base = {"model_path": "m", "dataset_path": "d"}
-    flow_default = SFTFlowConfig.model_validate(base).trainer
-    cfg = SFTFlowConfig.model_validate({**base, "trainer": {"lr": 0.001}})
+    flow_default = SupervisedFinetuneConfig.model_validate(base).trainer
+    cfg = SupervisedFinetuneConfig.model_validate({**base, "trainer": {"lr": 0.001}})
     assert cfg.trainer.lr == 0.001
     assert (cfg.trainer.schedule, cfg.trainer.warmup_steps, cfg.trainer.max_seq_len) == (
         flow_default.schedule, flow_default.warmup_steps, flow_default.max_seq_len) == ("cosine", 10, 512)
-    assert SFTFlowConfig.model_validate({**base, "steps": 200}).trainer.total_steps == 200
+    assert SupervisedFinetuneConfig.model_validate({**base, "steps": 200}).trainer.total_steps == 200
     with pytest.raises(ValueError, match="total_steps"):
-        SFTFlowConfig.model_validate({**base, "steps": 200, "trainer": {"total_steps": 400}})
+        SupervisedFinetuneConfig.model_validate({**base, "steps": 200, "trainer": {"total_steps": 400}})
     text = section(DOCS / "pipelines.md", "Your own values, and why a run failed")
     assert "`trainer: {lr: 0.001}`" in text and "`trainer.total_steps` is `steps`" in text

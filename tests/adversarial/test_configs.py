@@ -170,11 +170,11 @@ def test_hostile_values_fail_validation_naming_the_field(flow, field, value, mat
 
 def test_the_bounds_are_stated_in_the_field_descriptions():
     from flows.evaluate import EvaluateConfig
-    from flows.sft import SFTFlowConfig
+    from flows.sft import SupervisedFinetuneConfig
 
     assert "at most 10,000,000" in EvaluateConfig.model_fields["episodes"].description
-    assert "at most 10,000,000" in SFTFlowConfig.model_fields["steps"].description
-    schema = SFTFlowConfig.model_json_schema()  # the Prefect form enforces it too
+    assert "at most 10,000,000" in SupervisedFinetuneConfig.model_fields["steps"].description
+    schema = SupervisedFinetuneConfig.model_json_schema()  # the Prefect form enforces it too
     assert schema["properties"]["steps"]["maximum"] == 10_000_000
 
 

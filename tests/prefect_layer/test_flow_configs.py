@@ -38,10 +38,10 @@ def test_an_empty_nested_mapping_changes_nothing(flow, field):
 def test_sft_trainer_lr_alone_keeps_the_flows_schedule():
     """The newcomer's case: `trainer: {lr: 0.001}` used to switch SFT to a constant
     schedule, no warmup and max_seq_len 1024 (TrainerConfig's class defaults)."""
-    from flows.sft import SFTFlowConfig
+    from flows.sft import SupervisedFinetuneConfig
 
-    cfg = SFTFlowConfig.model_validate({**SFT, "trainer": {"lr": 0.001}})
-    default = SFTFlowConfig.model_fields["trainer"].default
+    cfg = SupervisedFinetuneConfig.model_validate({**SFT, "trainer": {"lr": 0.001}})
+    default = SupervisedFinetuneConfig.model_fields["trainer"].default
     assert cfg.trainer == default.model_copy(update={"lr": 0.001})
     assert (cfg.trainer.schedule, cfg.trainer.warmup_steps, cfg.trainer.max_seq_len) == ("cosine", 10, 512)
 
@@ -98,14 +98,14 @@ def test_total_steps_follows_steps(flow):
 
 
 def test_total_steps_follows_steps_for_a_trainer_instance_too():
-    from flows.sft import SFTFlowConfig
+    from flows.sft import SupervisedFinetuneConfig
     from ludic_core.config import TrainerConfig
 
-    assert SFTFlowConfig(**SFT, steps=7, trainer=TrainerConfig(lr=1e-3)).trainer.total_steps == 7
+    assert SupervisedFinetuneConfig(**SFT, steps=7, trainer=TrainerConfig(lr=1e-3)).trainer.total_steps == 7
     with pytest.raises(ValidationError, match="disagrees"):
-        SFTFlowConfig(**SFT, steps=7, trainer=TrainerConfig(schedule="cosine", total_steps=9))
+        SupervisedFinetuneConfig(**SFT, steps=7, trainer=TrainerConfig(schedule="cosine", total_steps=9))
     with pytest.raises(ValidationError) as info:  # a bad source is reported once, by its own name
-        SFTFlowConfig.model_validate({**SFT, "steps": 0})
+        SupervisedFinetuneConfig.model_validate({**SFT, "steps": 0})
     assert [e["loc"] for e in info.value.errors()] == [("steps",)]
 
 
@@ -159,3 +159,20 @@ def test_the_form_shows_rollout_reuse_and_a_form_run_sets_it(flow):
     validate(params, schema, raise_on_error=True, ignore_required=True)
     cfg = fn.validate_parameters(params)["cfg"]
     assert (cfg.algorithm.reuse.mini_batches, cfg.algorithm.reuse.epochs, cfg.algorithm.reuse.updates) == (2, 2, 4)
+
+
+def test_renamed_flow_configs_stay_importable_for_a_release():
+    """Issue 56: `TrainingConfig` read like `TrainerConfig` and `SFTFlowConfig` like `SFTConfig`
+    (the algorithm's), so the flows' ones were renamed; an old name still resolves to the new
+    class, with a DeprecationWarning naming it, and a made-up name is still an AttributeError."""
+    import flows.common
+    import flows.sft
+
+    with pytest.warns(DeprecationWarning, match=r"flows\.sft\.SupervisedFinetuneConfig"):
+        from flows.sft import SFTFlowConfig
+    assert SFTFlowConfig is flows.sft.SupervisedFinetuneConfig
+    with pytest.warns(DeprecationWarning, match=r"flows\.common\.MultiNodeLaunchConfig"):
+        from flows.common import TrainingConfig
+    assert TrainingConfig is flows.common.MultiNodeLaunchConfig
+    with pytest.raises(AttributeError, match="NoSuchConfig"):
+        flows.sft.NoSuchConfig  # noqa: B018

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from flows.rejection_sampling import RejectionSamplingConfig, rejection_sampling
-from flows.sft import SFTFlowConfig, sft
+from flows.sft import SupervisedFinetuneConfig, sft
 from ludic_core.compose.policy import ScriptedPolicy
 from ludic_core.config import TrainerConfig
 from ludic_core.recipes.tic_tac_toe import AGENT, ENV
@@ -69,9 +69,9 @@ def test_rerun_skips_completed_rejection_sampling(prefect_api, tiny_model_dir, t
     assert rejection_sampling(cfg) == first
 
 
-def _sft_cfg(model: Path, dataset: str, out: Path, **kw) -> SFTFlowConfig:
-    return SFTFlowConfig(model_path=str(model), dataset_path=dataset, out_dir=str(out), batch_size=8,
-                         trainer=TrainerConfig(lr=1e-3, checkpoint_every=1), **kw)
+def _sft_cfg(model: Path, dataset: str, out: Path, **kw) -> SupervisedFinetuneConfig:
+    return SupervisedFinetuneConfig(model_path=str(model), dataset_path=dataset, out_dir=str(out), batch_size=8,
+                                    trainer=TrainerConfig(lr=1e-3, checkpoint_every=1), **kw)
 
 
 def test_sft_flow_runs_in_stages_and_a_rerun_skips_them(prefect_api, tiny_model_dir, dataset, tmp_path):

@@ -93,7 +93,7 @@ def test_pipeline_rl_with_vllm_actors_and_lora_adapters(prefect_api, format_tune
     run loads its adapter into it by name (no weight push), and items carry the
     adapter's version, which is what max_lag reads."""
     from flows.pipeline_rl import PipelineRLConfig, pipeline_rl
-    from flows.vllm_inference import VLLMSettings
+    from ludic_core.config import VLLMConfig
     from ludic_core.config import GRPOConfig, LoRAConfig, TrainerConfig
     from ludic_core.inference.vllm_server import VLLMServerConfig
     from ludic_core.publish.vllm_adapters import read_published
@@ -104,7 +104,7 @@ def test_pipeline_rl_with_vllm_actors_and_lora_adapters(prefect_api, format_tune
         model_path=str(format_tuned_model_dir), out_dir=str(run), env=RECIPE.env, agent=RECIPE.agent,
         algorithm=GRPOConfig(group_size=2), requests_per_round=4, actors=2, steps=4, steps_per_stage=2,
         items_per_step=12, trainer=TrainerConfig(lr=1e-4, max_seq_len=512, lora=LoRAConfig(r=4), max_lag=2),
-        eval_episodes=0, inference="vllm", vllm=VLLMSettings(server=VLLMServerConfig(log_dir=str(tmp_path / "vllm"))))
+        eval_episodes=0, inference="vllm", vllm=VLLMConfig(server=VLLMServerConfig(log_dir=str(tmp_path / "vllm"))))
     out = pipeline_rl(cfg)
     assert out["steps"] == 4 and out["items_trained"] == 48 and out["dead_lettered"] == 0
     assert out["items_produced"] == out["items_trained"] + out["stale_dropped"] + out["left_in_stream"]
@@ -339,7 +339,7 @@ def test_vllm_server_killed_mid_pipeline_is_restarted_and_the_run_completes(pref
     import time
 
     from flows.pipeline_rl import PipelineRLConfig, pipeline_rl
-    from flows.vllm_inference import VLLMSettings
+    from ludic_core.config import VLLMConfig
     from ludic_core.config import GRPOConfig, TrainerConfig
     from ludic_core.inference.vllm_server import VLLMServerConfig, pid_alive
     from ludic_core.recipes.tic_tac_toe import RECIPE
@@ -364,7 +364,7 @@ def test_vllm_server_killed_mid_pipeline_is_restarted_and_the_run_completes(pref
         algorithm=GRPOConfig(group_size=2), requests_per_round=4, actors=1, steps=4, steps_per_stage=4,
         items_per_step=12, eval_episodes=0, inference="vllm",
         trainer=TrainerConfig(lr=1e-4, max_seq_len=512, checkpoint_every=1, max_lag=2),
-        vllm=VLLMSettings(server=VLLMServerConfig(log_dir=str(tmp_path / "vllm")))))
+        vllm=VLLMConfig(server=VLLMServerConfig(log_dir=str(tmp_path / "vllm")))))
     watcher.join(timeout=1)
     assert killed, "the run finished before the server could be killed"
     assert out["steps"] >= 4 and out["items_trained"] == 48 and out["dead_lettered"] == 0

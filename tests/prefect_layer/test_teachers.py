@@ -10,7 +10,7 @@ import pytest
 
 from flows.policies import VLLMPolicy
 from flows.rejection_sampling import RejectionSamplingConfig, rejection_sampling
-from flows.sft import SFTFlowConfig, sft
+from flows.sft import SupervisedFinetuneConfig, sft
 from ludic_core.compose.policy import ModelPolicy
 from ludic_core.config import TrainerConfig
 from ludic_core.recipes.tic_tac_toe import AGENT, ENV
@@ -24,8 +24,8 @@ def _sample(teacher, student: Path, out: Path) -> dict:
 
 
 def _sft_steps(student: Path, dataset: str, out: Path) -> list[float]:
-    model = sft(SFTFlowConfig(model_path=str(student), dataset_path=dataset, out_dir=str(out), steps=2,
-                              steps_per_stage=2, batch_size=4, trainer=TrainerConfig(lr=1e-3)))
+    model = sft(SupervisedFinetuneConfig(model_path=str(student), dataset_path=dataset, out_dir=str(out), steps=2,
+                                         steps_per_stage=2, batch_size=4, trainer=TrainerConfig(lr=1e-3)))
     assert Path(model, "model.safetensors").exists()
     return [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()]
 

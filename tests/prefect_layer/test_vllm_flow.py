@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from flows.rl_train import RLTrainConfig, rl_train
-from flows.vllm_inference import VLLMSettings
-from ludic_core.config import GRPOConfig, TrainerConfig
+from ludic_core.config import GRPOConfig, TrainerConfig, VLLMConfig
 from ludic_core.inference.vllm_server import START_MARK, VLLMServerConfig, pid_alive
 from ludic_core.recipes.tic_tac_toe import AGENT, ENV
 
@@ -57,15 +56,30 @@ def _run_killing_the_server(cfg: RLTrainConfig, model_dir: Path, checkpoint: Pat
     return model, killed
 
 
-def test_vllm_settings_are_strict():
+def test_vllm_config_is_strict():
     with pytest.raises(ValueError, match="stage_atempts"):
-        VLLMSettings.model_validate({"stage_atempts": 2})
+        VLLMConfig.model_validate({"stage_atempts": 2})
     cfg = RLTrainConfig.model_validate({"model_path": "m", "env": {"name": "tic_tac_toe"}, "inference": "vllm",
                                         "vllm": {"server": {"port": 8011}}})
     assert cfg.vllm.server.port == 8011 and cfg.vllm.endpoint_block is None
     with pytest.raises(ValueError, match="vllm.server.prot"):
         RLTrainConfig.model_validate({"model_path": "m", "env": {"name": "tic_tac_toe"}, "inference": "vllm",
                                       "vllm": {"server": {"prot": 8011}}})
+
+
+def test_one_vllm_config():
+    """`VLLMConfig` is the one vLLM config (issue 56): the policy shares its server part, the
+    stages' endpoint its push part; the flows' old name warns and is that class."""
+    import flows.vllm_inference as vi
+    from flows.policies import VLLMPolicy
+    from ludic_core.config import VLLMServing, WeightPush
+
+    with pytest.warns(DeprecationWarning, match="ludic_core.config.VLLMConfig"):
+        assert vi.VLLMSettings is VLLMConfig
+    cfg = VLLMConfig(bucket_mb=8, lora={"mode": "merged"})
+    endpoint = cfg.endpoint("http://127.0.0.1:1/v1", "policy", "KEY")
+    assert (endpoint.bucket_mb, endpoint.lora, endpoint.api_key_env) == (8, cfg.lora, "KEY")
+    assert issubclass(VLLMPolicy, VLLMServing) and isinstance(endpoint, WeightPush)
 
 
 @pytest.mark.vllm
@@ -75,7 +89,7 @@ def test_killed_server_is_restarted_and_the_stage_resumes(prefect_api, format_tu
     model_dir = Path(format_tuned_model_dir)  # not the session server's model: its server is ours alone
     cfg = RLTrainConfig(
         model_path=str(model_dir), out_dir=str(tmp_path), inference="vllm",
-        vllm=VLLMSettings(server=VLLMServerConfig(log_dir=str(tmp_path / "vllm"))),
+        vllm=VLLMConfig(server=VLLMServerConfig(log_dir=str(tmp_path / "vllm"))),
         env=ENV, agent=AGENT.model_copy(update={"sampling": AGENT.sampling.model_copy(update={"temperature": 1.0})}),
         algorithm=GRPOConfig(group_size=4), requests_per_step=2, steps=5, steps_per_stage=5, eval_episodes=0,
         trainer=TrainerConfig(lr=1e-3, checkpoint_every=1, micro_token_budget=8192, max_seq_len=512))
@@ -120,7 +134,7 @@ def test_refused_pushes_fail_at_once_transient_failures_are_retried(prefect_api,
 
     @flow
     def run() -> None:
-        with vi.vllm_inference(vi.VLLMSettings(endpoint_block=f"retry-{error}"), "m",
+        with vi.vllm_inference(VLLMConfig(endpoint_block=f"retry-{error}"), "m",
                                launcher="in_process", nproc=1) as (_, run_one):
             run_one(spec)
 
@@ -144,7 +158,7 @@ def test_a_lora_run_hot_swaps_adapters_and_a_killed_server_gets_the_resumed_one(
     model_dir = Path(format_tuned_model_dir)
     cfg = RLTrainConfig(
         model_path=str(model_dir), out_dir=str(tmp_path), inference="vllm",
-        vllm=VLLMSettings(server=VLLMServerConfig(log_dir=str(tmp_path / "vllm"))),
+        vllm=VLLMConfig(server=VLLMServerConfig(log_dir=str(tmp_path / "vllm"))),
         env=ENV, agent=AGENT, algorithm=GRPOConfig(group_size=2), requests_per_step=2, steps=4, steps_per_stage=4,
         eval_episodes=0,
         trainer=TrainerConfig(lr=1e-3, max_seq_len=512, lora=LoRAConfig(r=4), max_lag=0, checkpoint_every=1))
