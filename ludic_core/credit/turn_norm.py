@@ -8,6 +8,12 @@ shaped reward (so nothing the policy could game: the signal is still the env's
 own reward). It is right when turns are comparable across siblings (board
 games, fixed-length dialogues); when a turn index means different things in
 different episodes, prefer episode credit or `gamma < 1` on top of it.
+
+A small gamma has its own trap when episodes end at different turns: at turn t a
+sibling whose episode ends there carries its outcome (a win: 1), one that goes on
+only its step reward (0), so sound moves of the longer games are pushed down
+(gamma 0 on tic-tac-toe lowered the sampled reward it trained on:
+docs/experiments/2026-11-29-student-past-teacher.md).
 """
 
 from __future__ import annotations
