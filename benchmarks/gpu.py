@@ -376,7 +376,7 @@ def ludic_grpo(args, s: Sizes, device: torch.device, msgs, answers):
     from ludic_core.interaction import SingleAgentSyncProtocol
     from ludic_core.parsers import xml_tag_parser
     from ludic_core.publish import InProcessPublisher
-    from ludic_core.rollout import EnvSpec, GRPORequestStrategy, ProtocolSpec, RolloutEngine, RolloutRequest
+    from ludic_core.rollout import EnvSpec, ProtocolSpec, RolloutEngine, RolloutRequest
     from ludic_core.training.trainer import Trainer
 
     policy, tok = build_model(s, device)
@@ -393,8 +393,7 @@ def ludic_grpo(args, s: Sizes, device: torch.device, msgs, answers):
                                env_seed=i * s.prompts + k, inference=spec) for k in range(s.prompts)]
 
     algo = make_grpo(group_size=s.group, kl_coef=0.0)
-    source = RolloutBatchSource(engine, make_requests, algo, max_steps=1,
-                                strategy=GRPORequestStrategy(s.group, seed=0))
+    source = RolloutBatchSource(engine, make_requests, algo, max_steps=1, strategy_seed=0)
     cfg = TrainerConfig(lr=1e-6, micro_token_budget=s.budget, max_seq_len=4096, device=args.device, dtype="bfloat16")
     return Trainer(policy, algo, source, cfg, tokenizer=tok, publisher=InProcessPublisher(client)), source
 

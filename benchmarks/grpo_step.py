@@ -124,7 +124,6 @@ def ludic_trainer(model_dir: Path, seeds: list[list[int]], compile: bool | str =
     from ludic_core.inference import LocalChatClient
     from ludic_core.models import load_model_and_tokenizer
     from ludic_core.publish import InProcessPublisher
-    from ludic_core.rollout import GRPORequestStrategy
     from ludic_core.training.trainer import Trainer
 
     r = recipe()
@@ -135,7 +134,7 @@ def ludic_trainer(model_dir: Path, seeds: list[list[int]], compile: bool | str =
     engine = build_engine(env, agent, client, max_concurrency=PROMPTS * GROUP)
     algo = make_grpo(group_size=GROUP, kl_coef=0.0, reuse=RolloutReuse(mini_batches=reuse[0], epochs=reuse[1]))
     source = RolloutBatchSource(engine, lambda i: episode_requests(env, agent, seeds[i]), algo, max_steps=1,
-                                strategy=GRPORequestStrategy(GROUP, seed=SEED_START), max_seq_len=512)
+                                strategy_seed=SEED_START, max_seq_len=512)
     cfg = RL_TRAINER.model_copy(update={"lr": lr or r.rl_lr, "device": "cpu", "seed": 0})
     trainer = Trainer(policy, algo, source, cfg, tokenizer=tok, publisher=InProcessPublisher(client))
     return trainer, source, client, tok

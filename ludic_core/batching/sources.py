@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 from ludic_core.batching.saw import SAWBatch, SAWItem
 from ludic_core.credit import signal_groups
 from ludic_core.rollout.jsonl import read_rollouts
+from ludic_core.rollout.strategies import GRPORequestStrategy, RequestStrategy
 from ludic_core.types import Message, Rollout
 
 __all__ = [
@@ -165,6 +166,12 @@ class RolloutBatchSource(BatchSource):
     more than one under DAPO's dynamic sampling) and `algorithm.prepare` turns
     the rollouts into credit-weighted SAW items. Failed episodes are counted
     and left out of training.
+
+    The group size is the algorithm's, stated once in its config: without a
+    `strategy`, each request is played `algorithm.group_size` times as one group
+    (`algorithm.request_strategy(strategy_seed)`). A strategy given anyway must
+    draw groups of that size; a group algorithm whose size was not stated draws
+    each request once.
     """
 
     def __init__(
@@ -174,14 +181,15 @@ class RolloutBatchSource(BatchSource):
         algorithm: Any,
         *,
         max_steps: int,
-        strategy: Any = None,
+        strategy: RequestStrategy | None = None,
+        strategy_seed: int | None = None,
         max_seq_len: int | None = None,
     ) -> None:
         self.engine = engine
         self.make_requests = make_requests
         self.algorithm = algorithm
         self.max_steps = max_steps
-        self.strategy = strategy
+        self.strategy = _strategy(algorithm, strategy, strategy_seed)
         self.max_seq_len = max_seq_len
         self.batch_index = 0
         self.last_rollouts: list[Rollout] = []
@@ -207,6 +215,17 @@ class RolloutBatchSource(BatchSource):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.batch_index = int(state.get("batch_index", 0))
+
+
+def _strategy(algorithm: Any, given: RequestStrategy | None, seed: int | None) -> RequestStrategy | None:
+    """`given`, checked against the algorithm's group size, else the algorithm's own strategy."""
+    size = algorithm.group_size
+    if given is None:
+        return None if size is None else algorithm.request_strategy(seed)
+    if isinstance(given, GRPORequestStrategy) and size is not None and size > 1 and given.group_size != size:
+        raise ValueError(f"the strategy draws groups of {given.group_size} but algorithm {algorithm.name!r} has "
+                         f"group_size={size}: leave strategy out (the algorithm's group size is used)")
+    return given
 
 
 def chat_example_to_item(messages: Sequence[Message], tokenizer: Any, *, meta: dict | None = None) -> SAWItem:

@@ -91,3 +91,15 @@ def test_named_in_the_algorithm_config():
     assert build_algorithm(GRPOConfig()).rollout_filters == []
     with pytest.raises(ValueError, match="min_groups"):
         GRPOConfig.model_validate({"dynamic_sampling": {"min_groups": 0}})
+
+
+def test_the_group_size_is_the_algorithms_stated_once():
+    """Without a strategy the source draws the algorithm's groups; a strategy of another size is refused."""
+    from ludic_core.rollout import GRPORequestStrategy
+
+    grpo = make_grpo(group_size=4)
+    drawn = RolloutBatchSource(_ScheduleEngine(), lambda i: [i], grpo, max_steps=1, strategy_seed=3).strategy
+    assert isinstance(drawn, GRPORequestStrategy) and drawn.group_size == 4
+    assert RolloutBatchSource(_ScheduleEngine(), lambda i: [i], make_grpo(), max_steps=1).strategy is None
+    with pytest.raises(ValueError, match="groups of 8 but algorithm 'grpo' has group_size=4: leave strategy out"):
+        RolloutBatchSource(_ScheduleEngine(), lambda i: [i], grpo, max_steps=1, strategy=GRPORequestStrategy(8))
