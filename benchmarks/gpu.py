@@ -376,7 +376,7 @@ def ludic_grpo(args, s: Sizes, device: torch.device, msgs, answers):
     from ludic_core.interaction import SingleAgentSyncProtocol
     from ludic_core.parsers import xml_tag_parser
     from ludic_core.publish import InProcessPublisher
-    from ludic_core.rollout import EnvSpec, ProtocolSpec, RolloutEngine, RolloutRequest
+    from ludic_core.rollout import EnvConfig, ProtocolSpec, RolloutEngine, RolloutRequest
     from ludic_core.training.trainer import Trainer
 
     policy, tok = build_model(s, device)
@@ -389,7 +389,7 @@ def ludic_grpo(args, s: Sizes, device: torch.device, msgs, answers):
     spec = InferenceSpec(sampling=SamplingConfig(temperature=0.7, max_tokens=s.grpo_tokens))
 
     def make_requests(i: int):
-        return [RolloutRequest(env=EnvSpec(kind="qa"), protocol=ProtocolSpec(kind="single"),
+        return [RolloutRequest(env=EnvConfig(name="qa"), protocol=ProtocolSpec(kind="single"),
                                env_seed=i * s.prompts + k, inference=spec) for k in range(s.prompts)]
 
     algo = make_grpo(group_size=s.group, kl_coef=0.0)

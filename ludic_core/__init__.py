@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from ludic_core.models import build_tiny_model, load_model_and_tokenizer
     from ludic_core.parsers import xml_tag_parser
     from ludic_core.publish import InProcessPublisher
-    from ludic_core.rollout import EnvSpec, GRPORequestStrategy, ProtocolSpec, RolloutEngine, RolloutRequest
+    from ludic_core.rollout import EnvConfig, EnvSpec, GRPORequestStrategy, ProtocolSpec, RolloutEngine, RolloutRequest
     from ludic_core.training import Trainer
 
 #: each top-level name -> the package that exports it (README's quickstart, docs/training.md's loop)
@@ -47,7 +47,8 @@ _SOURCE = {
     "build_tiny_model": "models",
     "load_model_and_tokenizer": "models",
     "xml_tag_parser": "parsers",
-    "EnvSpec": "rollout",
+    "EnvConfig": "rollout",
+    "EnvSpec": "rollout",  # EnvConfig's old name, deprecated: goes in the next release
     "GRPORequestStrategy": "rollout",
     "ProtocolSpec": "rollout",
     "RolloutEngine": "rollout",

@@ -18,7 +18,7 @@ from ludic_core.envs.base import LudicEnv
 from ludic_core.inference.sampling import InferenceSpec, SamplingConfig
 from ludic_core.interaction import MultiAgentProtocol, SingleAgentSyncProtocol
 from ludic_core.registry import ComponentError, call_with_kwargs, resolve
-from ludic_core.rollout import EnvSpec, ProtocolSpec, RolloutEngine, RolloutRequest
+from ludic_core.rollout import ProtocolSpec, RolloutEngine, RolloutRequest
 
 __all__ = ["env_factory", "check_env", "check_agent", "check_algorithm", "agent_factory", "build_agent",
            "build_engine", "episode_requests", "PROTOCOL"]
@@ -129,5 +129,5 @@ def episode_requests(env: EnvConfig, agent: AgentConfig, seeds: Sequence[int], *
                      sampling: SamplingConfig | None = None) -> list[RolloutRequest]:
     """One request per env seed; the sampling seed follows the env seed so a run repeats exactly."""
     spec = InferenceSpec(sampling=sampling or agent.sampling)
-    return [RolloutRequest(env=EnvSpec(kind=env.name, kwargs=dict(env.kwargs)), protocol=ProtocolSpec(kind=PROTOCOL),
+    return [RolloutRequest(env=env, protocol=ProtocolSpec(kind=PROTOCOL),
                            env_seed=s, sampling_seed=s, inference=spec) for s in seeds]

@@ -6,6 +6,7 @@ YAML file written for one flow's env works in the next. Torch-free: these load
 in a UI form or on a Prefect server that never imports a model. Names are only
 checked for syntax here; `ludic_core.compose.build` resolves them at first use
 (the user's package may be installed on the worker but not on the server).
+`EnvConfig` is defined beside the rollout requests that carry it and re-exported here.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from ludic_core.bounds import MAX_SEED, MAX_STRIDE, MAX_TURNS, bounded
 from ludic_core.frozen import FrozenModel
 from ludic_core.inference.sampling import SamplingConfig
 from ludic_core.registry import check_ref
+from ludic_core.rollout.requests import EnvConfig  # one description of an env, which requests carry too
 
 __all__ = ["ComponentConfig", "EnvConfig", "AgentConfig", "SeedSchedule"]
 
@@ -32,23 +34,6 @@ class ComponentConfig(FrozenModel):
 
     name: str = Field(description="registered name or import path 'package.module:Factory'")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for the factory")
-
-
-class EnvConfig(FrozenModel):
-    """An env: a registered name (bundled, or an entry point in group `ludic.envs`)
-    or an import path `package.module:ClassOrFactory`, plus JSON kwargs (which belong to
-    its name: a mapping naming another env replaces a default one whole)."""
-
-    merge_identity: ClassVar[tuple[str, ...]] = ("name",)
-
-    name: str = Field(description="e.g. tic_tac_toe, arithmetic, dataset_qa, or 'my_pkg.envs:MyEnv' (a LudicEnv "
-                                  "subclass, or a factory annotated to return one)")
-    kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for the env factory")
-
-    @field_validator("name")
-    @classmethod
-    def _ref(cls, v: str) -> str:
-        return check_ref("env", v)
 
 
 class AgentConfig(FrozenModel):

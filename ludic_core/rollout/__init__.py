@@ -14,10 +14,11 @@ from ludic_core.lazy import lazy_exports
 if TYPE_CHECKING:
     from ludic_core.rollout.engine import RolloutEngine
     from ludic_core.rollout.jsonl import append_rollouts, read_rollouts
-    from ludic_core.rollout.requests import EnvSpec, ProtocolSpec, RolloutRequest
+    from ludic_core.rollout.requests import EnvConfig, EnvSpec, ProtocolSpec, RolloutRequest
     from ludic_core.rollout.strategies import GRPORequestStrategy, IdentityStrategy, RequestStrategy
 
 __all__ = [
+    "EnvConfig",
     "EnvSpec",
     "GRPORequestStrategy",
     "IdentityStrategy",
@@ -33,6 +34,7 @@ _SOURCE = {
     "RolloutEngine": "engine",
     "append_rollouts": "jsonl",
     "read_rollouts": "jsonl",
+    "EnvConfig": "requests",
     "EnvSpec": "requests",
     "ProtocolSpec": "requests",
     "RolloutRequest": "requests",

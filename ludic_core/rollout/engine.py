@@ -1,7 +1,12 @@
 """`RolloutEngine`: run many episodes concurrently from pure-data requests.
 
-Envs and protocols are built per episode from registries of factories (a
-protocol owns its agents, and agents hold per-episode dialog state). Episodes
+Envs and protocols are built per episode from factories (a protocol owns its
+agents, and agents hold per-episode dialog state). An env's name is looked up
+among the factories given in code (`env_registry`), else resolved by the one
+registry every config uses (`ludic_core.registry`: a bundled name, an entry
+point in `ludic.envs`, or `pkg.module:Factory`, kind-checked before it is
+called). Protocols are given in code only: a protocol holds agents over a live
+client, which no JSON name can carry. Episodes
 run as asyncio tasks under a concurrency limit, so their model calls meet in
 the inference client at the same time and get batched there.
 
@@ -24,6 +29,7 @@ from typing import Any, Callable, Mapping, Sequence
 from ludic_core.envs.base import LudicEnv
 from ludic_core.inference.errors import InferenceServerError
 from ludic_core.interaction.base import InteractionProtocol
+from ludic_core.registry import ComponentError, resolve
 from ludic_core.rollout.jsonl import append_rollouts
 from ludic_core.rollout.requests import RolloutRequest
 from ludic_core.rollout.strategies import IdentityStrategy, RequestStrategy
@@ -40,8 +46,8 @@ ProtocolFactory = Callable[..., InteractionProtocol]
 class RolloutEngine:
     def __init__(
         self,
-        env_registry: Mapping[str, EnvFactory],
-        protocol_registry: Mapping[str, ProtocolFactory],
+        env_registry: Mapping[str, EnvFactory] | None = None,
+        protocol_registry: Mapping[str, ProtocolFactory] | None = None,
         *,
         jsonl_path: str | Path | None = None,
         max_concurrency: int = 256,
@@ -49,8 +55,9 @@ class RolloutEngine:
         # 256 episodes at once: a whole GRPO step (e.g. 16 prompts x 8) meets in one decode batch
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
-        self.env_registry = dict(env_registry)
-        self.protocol_registry = dict(protocol_registry)
+        self.env_registry = dict(env_registry or {})
+        self.protocol_registry = dict(protocol_registry or {})
+        self._resolved: dict[str, EnvFactory] = {}  # names the registry resolved, kept for later episodes
         self.jsonl_path = Path(jsonl_path) if jsonl_path else None
         self.max_concurrency = max_concurrency
         self.stats: dict[str, Any] = {}
@@ -58,16 +65,23 @@ class RolloutEngine:
     def validate(self, requests: Sequence[RolloutRequest]) -> None:
         """Fail fast, naming the bad request, before any episode starts."""
         for i, req in enumerate(requests):
-            if req.env.kind not in self.env_registry:
-                raise ValueError(
-                    f"request {i}: unknown env kind {req.env.kind!r}; "
-                    f"registered: {sorted(self.env_registry)}"
-                )
+            try:
+                self._env_factory(req.env.name)
+            except ComponentError as exc:
+                raise ComponentError(f"request {i}: {exc}; given in code: {sorted(self.env_registry)}") from exc
             if req.protocol.kind not in self.protocol_registry:
                 raise ValueError(
                     f"request {i}: unknown protocol kind {req.protocol.kind!r}; "
                     f"registered: {sorted(self.protocol_registry)}"
                 )
+
+    def _env_factory(self, name: str) -> EnvFactory:
+        """The factory given in code as `name`, else the one the registry resolves it to,
+        kept for later episodes (resolving scans the installed entry points)."""
+        factory = self.env_registry.get(name) or self._resolved.get(name)
+        if factory is None:
+            factory = self._resolved[name] = resolve("env", name)
+        return factory
 
     async def generate_rollouts(
         self,
@@ -111,7 +125,7 @@ class RolloutEngine:
         sampling_seed = None if req.sampling_seed is None else req.sampling_seed + k
         meta = {
             **req.meta,
-            "env_kind": req.env.kind,
+            "env_kind": req.env.name,
             "protocol_kind": req.protocol.kind,
             "request_index": index,
             "group_id": req.group_id,
@@ -119,7 +133,7 @@ class RolloutEngine:
             "sampling_temperature": req.inference.sampling.temperature if req.inference else None,
         }
         try:
-            env = self.env_registry[req.env.kind](**req.env.kwargs)
+            env = self._env_factory(req.env.name)(**req.env.kwargs)
             protocol = self.protocol_registry[req.protocol.kind](**req.protocol.kwargs)
             rollouts = await protocol.run(
                 env, max_steps=max_steps, env_seed=env_seed,

@@ -11,7 +11,7 @@ from ludic_core.inference import InferenceSpec, LocalChatClient, SamplingConfig,
 from ludic_core.interaction import SingleAgentSyncProtocol
 from ludic_core.parsers import xml_tag_parser
 from ludic_core.rollout import (
-    EnvSpec,
+    EnvConfig,
     GRPORequestStrategy,
     ProtocolSpec,
     RolloutEngine,
@@ -46,7 +46,7 @@ class FlakyEnv(TicTacToeEnv):
 
 def _requests(n: int, kind: str = "tic_tac_toe", **kw) -> list[RolloutRequest]:
     return [
-        RolloutRequest(env=EnvSpec(kind=kind, kwargs={"opponent": "random"}),
+        RolloutRequest(env=EnvConfig(name=kind, kwargs={"opponent": "random"}),
                        protocol=ProtocolSpec(kind="single_agent"), env_seed=i, **kw)
         for i in range(n)
     ]
@@ -80,7 +80,8 @@ def test_16_requests_times_group_of_8_with_the_tiny_model(format_tuned_model_dir
 
 def test_unknown_env_kind_fails_before_anything_runs(tmp_path):
     engine = _engine(ScriptedChatClient(lambda m: "<move>1</move>"), jsonl_path=tmp_path / "r.jsonl")
-    with pytest.raises(ValueError, match=r"request 1: unknown env kind 'chess'; registered: \['flaky', 'tic_tac_toe'\]"):
+    with pytest.raises(ValueError, match=r"request 1: unknown env 'chess'; registered names: .*given in code: "
+                                         r"\['flaky', 'tic_tac_toe'\]"):
         asyncio.run(engine.generate_rollouts(_requests(1) + _requests(1, kind="chess"), max_steps=3))
     assert not (tmp_path / "r.jsonl").exists()
 
@@ -132,7 +133,7 @@ def test_a_gone_inference_server_fails_the_batch_instead_of_every_episode():
     from ludic_core.inference import InferenceServerError
     from ludic_core.interaction import SingleAgentSyncProtocol
     from ludic_core.parsers import xml_tag_parser
-    from ludic_core.rollout import EnvSpec, ProtocolSpec, RolloutEngine, RolloutRequest
+    from ludic_core.rollout import EnvConfig, ProtocolSpec, RolloutEngine, RolloutRequest
 
     class GoneClient:
         async def complete(self, request):
@@ -144,6 +145,30 @@ def test_a_gone_inference_server_fails_the_batch_instead_of_every_episode():
     engine = RolloutEngine(
         env_registry={"ttt": TicTacToeEnv},
         protocol_registry={"single": lambda: SingleAgentSyncProtocol(Agent(GoneClient(), parser=xml_tag_parser("move")))})
-    reqs = [RolloutRequest(env=EnvSpec(kind="ttt"), protocol=ProtocolSpec(kind="single"), env_seed=i) for i in range(4)]
+    reqs = [RolloutRequest(env=EnvConfig(name="ttt"), protocol=ProtocolSpec(kind="single"), env_seed=i) for i in range(4)]
     with pytest.raises(InferenceServerError, match="unreachable"):
         asyncio.run(engine.generate_rollouts(reqs, max_steps=3))
+
+
+def test_env_names_not_given_in_code_resolve_through_the_one_registry():
+    """A bundled name or an import path needs no env_registry; one that is not an env is
+    refused by its kind check before anything is called, naming the request."""
+    client = ScriptedChatClient(scripted_tic_tac_toe_policy("minimax", seed=0))
+    engine = RolloutEngine(protocol_registry={
+        "single_agent": lambda: SingleAgentSyncProtocol(Agent(client, parser=xml_tag_parser("move")))})
+    rollouts = asyncio.run(engine.generate_rollouts(
+        _requests(2) + _requests(2, kind="ludic_core.envs.tic_tac_toe:TicTacToeEnv"), max_steps=9))
+    assert len(rollouts) == 4 and not any(r.failed for r in rollouts)
+    assert [r.meta["env_kind"] for r in rollouts][1:3] == ["tic_tac_toe", "ludic_core.envs.tic_tac_toe:TicTacToeEnv"]
+    with pytest.raises(ValueError, match=r"request 0: env 'subprocess:getoutput' is a function that is not a LudicEnv"):
+        asyncio.run(engine.generate_rollouts(_requests(1, kind="subprocess:getoutput"), max_steps=9))
+
+
+def test_env_spec_is_env_configs_old_name_for_one_release():
+    from ludic_core.rollout import EnvSpec
+
+    with pytest.warns(DeprecationWarning, match=r"EnvSpec\(kind=...\) is renamed EnvConfig\(name=...\)"):
+        spec = EnvSpec(kind="tic_tac_toe", kwargs={"opponent": "random"})
+    assert spec == EnvConfig(name="tic_tac_toe", kwargs={"opponent": "random"}) and type(spec) is EnvConfig
+    request = RolloutRequest(env=spec, protocol=ProtocolSpec(kind="single_agent"))
+    assert RolloutRequest.model_validate_json(request.model_dump_json()).env == spec  # JSON, as on any wire

@@ -152,7 +152,7 @@ def _sampled(model_dir, algorithm, *, requests: int, group: int = 4, stride: int
     from ludic_core.batching.sources import RolloutBatchSource
     from ludic_core.inference import InferenceSpec, LocalChatClient, SamplingConfig
     from ludic_core.interaction import SingleAgentSyncProtocol
-    from ludic_core.rollout import EnvSpec, GRPORequestStrategy, ProtocolSpec, RolloutEngine, RolloutRequest
+    from ludic_core.rollout import EnvConfig, GRPORequestStrategy, ProtocolSpec, RolloutEngine, RolloutRequest
 
     client = LocalChatClient(*load_model_and_tokenizer(model_dir), dtype="float32")  # the trainer's numbers
     spec = InferenceSpec(sampling=SamplingConfig(max_tokens=16, stop=STOP))
@@ -162,7 +162,7 @@ def _sampled(model_dir, algorithm, *, requests: int, group: int = 4, stride: int
 
     def draw(i: int) -> list:
         seeds = range(1 + i * requests * stride, 1 + (i + 1) * requests * stride, stride)
-        return [RolloutRequest(env=EnvSpec(kind="spread"), protocol=ProtocolSpec(kind="one"), env_seed=s,
+        return [RolloutRequest(env=EnvConfig(name="spread"), protocol=ProtocolSpec(kind="one"), env_seed=s,
                                sampling_seed=1000 * s) for s in seeds]
 
     return client, RolloutBatchSource(engine, draw, algorithm, max_steps=1, strategy=GRPORequestStrategy(group, seed=0),
