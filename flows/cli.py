@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -190,8 +192,6 @@ def _serve_setup(args: argparse.Namespace) -> int:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     import os
-    import signal
-
     from ludic_core.inference.errors import InferenceServerError
     from ludic_core.inference.vllm_preflight import VLLMEnvironmentError
 
@@ -214,7 +214,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except InferenceServerError as exc:
         print(f"ludic: error: {exc}", file=sys.stderr)
         return 1
-    signal.signal(signal.SIGTERM, _interrupt)  # `kill PID` stops the server too
     info = {"base_url": server.base_url, "model": server.model_name, "pid": server.pid, "build": server.build,
             "log": server.log_path, "startup_s": round(server.startup_seconds, 1), "lora_rank": server.lora_rank}
     print(json.dumps(info), flush=True)
@@ -309,11 +308,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if threading.current_thread() is threading.main_thread():
+        # `kill PID` (a supervisor's stop) unwinds like Ctrl-C: Prefect marks the run and stops the
+        # temporary API server it started (an atexit hook). Python's default for SIGTERM exits at
+        # once, and that server, a child process, went on running.
+        signal.signal(signal.SIGTERM, _interrupt)
     try:
         return int(args.func(args))
     except (ValueError, FileExistsError, FileNotFoundError) as exc:
         print(f"ludic: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("ludic: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

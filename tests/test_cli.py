@@ -188,6 +188,50 @@ def test_demo_chain_runs_end_to_end_through_prefect(tmp_path):
     assert (tmp_path / "run" / "rl" / "checkpoints" / "step_00000001").is_dir()
 
 
+def _children(pid: int) -> set[int]:
+    """PIDs whose parent is `pid` (from /proc)."""
+    out = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.add(int(stat.parent.name))
+    return out
+
+
+@pytest.mark.slow
+def test_kill_stops_the_demo_and_the_temporary_prefect_server_it_started(tmp_path):
+    """`kill PID` (SIGTERM, what a supervisor sends) unwinds like Ctrl-C: the temporary Prefect API
+    server, a child process, stops with the command instead of running on."""
+    import signal
+    import time
+
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "demo", "--out", str(tmp_path / "run"),
+                             "--teacher-episodes", "4096"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while "Beginning flow run" not in (line := proc.stdout.readline()):  # the server is up
+            assert line and time.monotonic() < deadline, f"the demo did not start: {line!r}"
+        server = _children(proc.pid)
+        assert server, "the temporary Prefect server is a child of the command"
+        proc.send_signal(signal.SIGTERM)
+        rest = proc.communicate(timeout=120)[0]
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and "ludic: interrupted" in rest, rest[-2000:]
+    deadline = time.monotonic() + 30
+    while any(Path(f"/proc/{pid}").exists() for pid in server) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = [pid for pid in server if Path(f"/proc/{pid}").exists()]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, "the temporary Prefect server outlived the killed command"
+
+
 def test_run_as_a_deployment_checks_the_config_here_first(tmp_path, monkeypatch, capsys):
     """`ludic run FLOW --config FILE --deployment`: a bad field is named before any server
     is asked; a good config with no server configured says which setting is missing."""
