@@ -51,7 +51,7 @@ from ludic_core.inference import ScriptedChatClient
 from ludic_core.inference.sampling import InferenceSpec, SamplingConfig
 from ludic_core.recipes.recipe import Recipe
 from ludic_core.rejection import KeepRule, keep_episodes
-from ludic_core.rollout import EnvSpec, ProtocolSpec, RolloutEngine, RolloutRequest
+from ludic_core.rollout import ProtocolSpec, RolloutEngine, RolloutRequest
 from ludic_core.types import Rollout
 
 __all__ = [
@@ -102,7 +102,7 @@ def tic_tac_toe_requests(n: int, *, marks: Sequence[str] = ("X", "O"), opponent:
     spec = InferenceSpec(sampling=SamplingConfig(temperature=temperature, max_tokens=MAX_TOKENS))
     return [
         RolloutRequest(
-            env=EnvSpec(kind=ENV.name, kwargs={"opponent": opponent, "agent_mark": marks[i % len(marks)]}),
+            env=EnvConfig(name=ENV.name, kwargs={"opponent": opponent, "agent_mark": marks[i % len(marks)]}),
             protocol=ProtocolSpec(kind=PROTOCOL), env_seed=seed + i, sampling_seed=seed + i, inference=spec,
         )
         for i in range(n)

@@ -186,14 +186,14 @@ def test_temperature_set_on_the_agent_is_recorded_per_step(tiny_model_dir):
     from ludic_core.inference import InferenceSpec, SamplingConfig
     from ludic_core.interaction import SingleAgentSyncProtocol
     from ludic_core.parsers import xml_tag_parser
-    from ludic_core.rollout import EnvSpec, ProtocolSpec, RolloutEngine, RolloutRequest
+    from ludic_core.rollout import EnvConfig, ProtocolSpec, RolloutEngine, RolloutRequest
 
     client = LocalChatClient(*load_model_and_tokenizer(tiny_model_dir))
     spec = InferenceSpec(sampling=SamplingConfig(temperature=0.6, max_tokens=24))
     engine = RolloutEngine({"t": TicTacToeEnv}, {"p": lambda: SingleAgentSyncProtocol(
         Agent(client, parser=xml_tag_parser("move"), context=SlidingWindowContext(1), inference=spec))})
     rollouts = asyncio.run(engine.generate_rollouts(
-        [RolloutRequest(env=EnvSpec(kind="t"), protocol=ProtocolSpec(kind="p"), env_seed=i, sampling_seed=i)
+        [RolloutRequest(env=EnvConfig(name="t"), protocol=ProtocolSpec(kind="p"), env_seed=i, sampling_seed=i)
          for i in range(3)], max_steps=9))
     items = build_saw_batch(rollouts, [[1.0] * len(r.steps) for r in rollouts]).items
     assert items and {it.meta["sampling_temperature"] for it in items} == {0.6}
