@@ -170,7 +170,7 @@ class TicTacToeEnv(SingleAgentEnv):
         if not move_shaping >= 0.0:
             raise ValueError(f"move_shaping must be >= 0, got {move_shaping!r}")
         self.move_shaping = float(move_shaping)
-        if not (isinstance(random_start, int) and 0 <= random_start <= 3):
+        if isinstance(random_start, bool) or not (isinstance(random_start, int) and 0 <= random_start <= 3):
             raise ValueError(f"random_start must be an int in 0..3 (random moves per side before the agent's first), "
                              f"got {random_start!r}")
         self.random_start = random_start

@@ -271,7 +271,7 @@ def test_random_start_plays_seeded_pairs_of_random_moves_before_the_agents_first
     assert {(plain.env_reset(s), plain.board)[1].count(".") for s in range(20)} == {9 if mark == "X" else 8}
 
 
-@pytest.mark.parametrize("bad", [-1, 4, 1.5, "2"])
+@pytest.mark.parametrize("bad", [-1, 4, 1.5, "2", True])
 def test_random_start_is_checked(bad):
     with pytest.raises(ValueError, match="random_start"):
         TicTacToeEnv(random_start=bad)
