@@ -29,8 +29,8 @@ class EnvConfig(FrozenModel):
 
     merge_identity: ClassVar[tuple[str, ...]] = ("name",)
 
-    name: str = Field(description="e.g. tic_tac_toe, arithmetic, dataset_qa, or 'my_pkg.envs:MyEnv' (a LudicEnv "
-                                  "subclass, or a factory annotated to return one)")
+    name: str = Field(description="a registered env name (bundled, or a `ludic.envs` entry point), or "
+                                  "'my_pkg.envs:MyEnv' (a LudicEnv subclass, or a factory annotated to return one)")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for the env factory")
 
     @field_validator("name")
