@@ -14,7 +14,7 @@ import sys
 import warnings
 from typing import Any, Callable, Mapping
 
-__all__ = ["lazy_exports", "renamed_exports"]
+__all__ = ["lazy_exports", "moved_module", "renamed_exports"]
 
 
 def lazy_exports(package: str, sources: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
@@ -51,3 +51,15 @@ def renamed_exports(module: str, renames: Mapping[str, str]) -> Callable[[str], 
         return getattr(importlib.import_module(home), new)
 
     return __getattr__
+
+
+def moved_module(old: str, new: str) -> None:
+    """Called by the shim left at a moved module's old path: `import old` warns (a
+    DeprecationWarning naming `new`) and binds the new module itself, so code written
+    against the old path keeps running, and its objects are the new module's objects.
+
+    The import is dynamic on purpose: a shim in a low layer must not add an import arrow up
+    to the layer its module moved to (the import-linter contracts check the real arrows)."""
+    warnings.warn(f"{old} moved to {new}: import that instead ({old} goes in the next release)",
+                  DeprecationWarning, stacklevel=3)
+    sys.modules[old] = importlib.import_module(new)  # the import system returns what sys.modules holds
