@@ -33,6 +33,14 @@ def _servers_of(model_dir: Path) -> list[int]:
     return [p for p in pids if os.getpgid(p) == p] if pids else []
 
 
+def _private_copy(model_dir: str, tmp_path: Path) -> Path:
+    """A copy of the session's shared model for this test alone: the watcher kills every server of
+    its directory, and another xdist worker may be serving the shared one at the same time."""
+    import shutil
+
+    return Path(shutil.copytree(model_dir, tmp_path / "served-model"))
+
+
 def _kill_server_after(model_dir: Path, checkpoint: Path, killed: list[int]) -> None:
     """SIGKILL the process groups of the servers of `model_dir` once `checkpoint` exists (their pids to `killed`)."""
     deadline = time.time() + 600
@@ -86,7 +94,7 @@ def test_one_vllm_config():
 @pytest.mark.slow
 @pytest.mark.heavy  # 65 s; .ci/run runs it (make test-heavy)
 def test_killed_server_is_restarted_and_the_stage_resumes(prefect_api, format_tuned_model_dir, tmp_path):
-    model_dir = Path(format_tuned_model_dir)  # not the session server's model: its server is ours alone
+    model_dir = _private_copy(format_tuned_model_dir, tmp_path)
     cfg = RLTrainConfig(
         model_path=str(model_dir), out_dir=str(tmp_path), inference="vllm",
         vllm=VLLMConfig(server=VLLMServerConfig(log_dir=str(tmp_path / "vllm"))),
@@ -155,7 +163,7 @@ def test_a_lora_run_hot_swaps_adapters_and_a_killed_server_gets_the_resumed_one(
     from ludic_core.config import LoRAConfig
     from ludic_core.publish.vllm_adapters import read_published
 
-    model_dir = Path(format_tuned_model_dir)
+    model_dir = _private_copy(format_tuned_model_dir, tmp_path)
     cfg = RLTrainConfig(
         model_path=str(model_dir), out_dir=str(tmp_path), inference="vllm",
         vllm=VLLMConfig(server=VLLMServerConfig(log_dir=str(tmp_path / "vllm"))),
