@@ -22,7 +22,7 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/ludic demo
 
-$(VLLM_STAMP): $(STAMP) ludic_core/inference/vllm_setup.py
+$(VLLM_STAMP): $(STAMP) ludic_core/vllm/setup.py
 	LUDIC_VLLM_VENV=$(VLLM_VENV) $(VENV)/bin/ludic serve --setup
 
 vllm: $(VLLM_STAMP)

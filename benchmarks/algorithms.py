@@ -150,8 +150,8 @@ def run_cell(recipe, start: str, algorithm, seed: int, budget_s: float, lr: floa
     from ludic_core.compose.configs import SeedSchedule
     from ludic_core.config import RL_TRAINER, group_size_of
     from ludic_core.models import load_model_and_tokenizer
-    from ludic_core.training.stage_data import batch_source, inference
-    from ludic_core.training.stage_spec import DatasetData, RolloutData, StageSpec
+    from ludic_core.stages.data import batch_source, inference
+    from ludic_core.stages.spec import DatasetData, RolloutData, StageSpec
     from ludic_core.training.trainer import Trainer
 
     per_step = max(episodes // group_size_of(algorithm), 1)  # the same episodes per step with or without groups

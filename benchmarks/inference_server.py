@@ -38,11 +38,11 @@ import torch
 
 from ludic_core.inference.local import LocalChatClient
 from ludic_core.inference.sampling import ChatCompletionRequest, SamplingConfig
-from ludic_core.inference.vllm_client import VLLMChatClient
-from ludic_core.inference.vllm_server import VLLMServerConfig, start_vllm_server
 from ludic_core.models.loading import load_model_and_tokenizer
 from ludic_core.models.tiny import build_tiny_model
-from ludic_core.publish.vllm import VLLMPolicyPublisher
+from ludic_core.vllm.client import VLLMChatClient
+from ludic_core.vllm.publisher import VLLMPolicyPublisher
+from ludic_core.vllm.server import VLLMServerConfig, start_vllm_server
 
 
 def build_push_model(root: Path, tiny_dir: Path, hidden: int, layers: int) -> Path:

@@ -87,8 +87,8 @@ def _ratio(times: dict[str, list[float]]) -> str:
 
 
 def bench_vllm(args: argparse.Namespace, root: Path, model_dir: Path) -> None:
-    from ludic_core.inference.vllm_server import VLLMServerConfig, start_vllm_server
-    from ludic_core.publish.vllm import VLLMPolicyPublisher
+    from ludic_core.vllm.publisher import VLLMPolicyPublisher
+    from ludic_core.vllm.server import VLLMServerConfig, start_vllm_server
 
     lora = _trainer(model_dir, LoRAConfig(r=args.rank), root / "lora")
     server, key = start_vllm_server(model_dir, VLLMServerConfig(log_dir=str(root / "logs"), max_lora_rank=args.rank,

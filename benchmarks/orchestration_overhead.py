@@ -32,7 +32,7 @@ def plain_chain(run: Path, a: argparse.Namespace) -> None:
     from ludic_core.rejection import rollouts_to_dataset, save_dataset
     from ludic_core.models import tokenizer_fingerprint
     from ludic_core.recipes.tic_tac_toe import AGENT, ENV
-    from ludic_core.training.stage import DatasetData, RolloutData, StageSpec, run_stage
+    from ludic_core.stages.run import DatasetData, RolloutData, StageSpec, run_stage
 
     model = str(build_tiny_model(run / "models" / "tiny-1m", "tiny-1m", seed=0))
     evaluate_tic_tac_toe(LocalChatClient(model), games_per_mark=a.eval_games)

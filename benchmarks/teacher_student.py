@@ -34,7 +34,7 @@ def train_teacher(out: Path, steps: int, preset: str, games: int = 4096) -> str:
     from ludic_core.models import build_tiny_model, load_model_and_tokenizer, tokenizer_fingerprint
     from ludic_core.recipes.tic_tac_toe import RECIPE, teacher_rollouts
     from ludic_core.rejection import keep_episodes, rollouts_to_dataset, save_dataset
-    from ludic_core.training.stage import DatasetData, StageSpec, run_stage
+    from ludic_core.stages.run import DatasetData, StageSpec, run_stage
 
     base = build_tiny_model(out / "models" / preset, preset, seed=3)
     _, tok = load_model_and_tokenizer(base)
@@ -85,10 +85,10 @@ def run(a: argparse.Namespace) -> None:
     from flows.sft import SupervisedFinetuneConfig, sft
     from ludic_core.compose.policy import ModelPolicy
     from ludic_core.config import SFT_TRAINER
-    from ludic_core.inference.vllm_server import VLLMServerConfig
     from ludic_core.models import build_tiny_model
     from ludic_core.recipes.tic_tac_toe import AGENT, ENV, RECIPE
     from ludic_core.rejection import KeepRule
+    from ludic_core.vllm.server import VLLMServerConfig
 
     out, times = Path(a.out), {}
     t = time.perf_counter()

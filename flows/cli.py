@@ -178,8 +178,8 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 
 def _serve_setup(args: argparse.Namespace) -> int:
-    from ludic_core.inference.vllm_preflight import VLLMEnvironmentError
-    from ludic_core.inference.vllm_setup import setup_vllm_env
+    from ludic_core.vllm.preflight import VLLMEnvironmentError
+    from ludic_core.vllm.setup import setup_vllm_env
 
     try:
         python = setup_vllm_env(args.env, build=args.build)
@@ -193,13 +193,13 @@ def _serve_setup(args: argparse.Namespace) -> int:
 def _cmd_serve(args: argparse.Namespace) -> int:
     import os
     from ludic_core.inference.errors import InferenceServerError
-    from ludic_core.inference.vllm_preflight import VLLMEnvironmentError
+    from ludic_core.vllm.preflight import VLLMEnvironmentError
 
     if args.setup:
         return _serve_setup(args)
     if not args.model:
         raise ValueError("--model DIR is required (or --setup to install vLLM)")
-    from ludic_core.inference.vllm_server import VLLMServerConfig, start_vllm_server
+    from ludic_core.vllm.server import VLLMServerConfig, start_vllm_server
 
     python = args.python or (str(Path(args.env) / "bin" / "python") if args.env else None)
     cfg = VLLMServerConfig(python=python, build=args.build, host=args.host, port=args.port,

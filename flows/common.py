@@ -13,7 +13,7 @@ from pydantic import Field, model_validator
 from ludic_core.bounds import MAX_PROCESSES, bounded
 from ludic_core.frozen import FrozenModel
 from ludic_core.lazy import renamed_exports
-from ludic_core.training.stage_spec import NodeSettings
+from ludic_core.stages.spec import NodeSettings
 
 __all__ = ["FlowConfig", "LaunchConfig", "SlotConfig", "MultiNodeLaunchConfig", "SCHEDULE_FOLLOWS_STEPS", "held",
            "require_model_dir", "require_path"]

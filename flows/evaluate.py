@@ -53,7 +53,7 @@ class EvaluateConfig(SlotConfig):
         check_agent(self.agent)
         check_policy(self.policy)
         if self.compare_adapters:
-            from ludic_core.models.adapter_dir import is_adapter_dir
+            from ludic_core.lora.adapter_dir import is_adapter_dir
 
             for adapter in self.compare_adapters:  # a served name has no "/"; a path must be an adapter
                 if "/" in adapter and not is_adapter_dir(adapter):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from ludic_core.training.stage_spec import WandbSpec
+from ludic_core.stages.spec import WandbSpec
 
 __all__ = ["wandb_spec"]
 

@@ -23,7 +23,7 @@ from ludic_core.config import (PIPELINE_TRAINER, AlgorithmConfig, GRPOConfig, Lo
                                VLLMEndpoint, check_max_lag, group_size_of, reuse_of)
 from ludic_core.queue.actor import ActorSpec
 from ludic_core.training.checkpoint import verified_checkpoint
-from ludic_core.training.stage_spec import StageSpec, StreamData
+from ludic_core.stages.spec import StageSpec, StreamData
 from tasks.artifacts import table_artifact
 
 VLLM_KEY_ENV = "LUDIC_VLLM_API_KEY"

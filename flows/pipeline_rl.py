@@ -38,7 +38,7 @@ from ludic_core.config import (PIPELINE_TRAINER, AlgorithmConfig, GRPOConfig, Lo
 from ludic_core.frozen import FrozenModel
 from ludic_core.queue.actor import ActorSpec
 from ludic_core.training.checkpoint import verified_checkpoint
-from ludic_core.training.stage_spec import StageSpec, StreamData
+from ludic_core.stages.spec import StageSpec, StreamData
 from tasks.artifacts import adapters_artifact, learning_curve_artifact, table_artifact
 from tasks.evaluation import evaluate_policy
 from tasks.pipeline import actor_round_task

@@ -19,7 +19,7 @@ from ludic_core.compose.policy import ModelPolicy
 from ludic_core.compose.serving import server_for_run
 from ludic_core.config import (RL_TRAINER, AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig,
                                VLLMConfig, VLLMEndpoint, group_size_of)
-from ludic_core.training.stage import RolloutData, StageSpec
+from ludic_core.stages.run import RolloutData, StageSpec
 from tasks.artifacts import adapters_artifact, learning_curve_artifact, table_artifact
 from tasks.evaluation import evaluate_policy
 

@@ -12,7 +12,7 @@ from flows.loggers import wandb_spec
 from flows.staging import run_stages
 from ludic_core.bounds import MAX_BATCH, MAX_STEPS, bounded
 from ludic_core.config import SFT_TRAINER, SFTConfig, TrainerConfig
-from ludic_core.training.stage import DatasetData, StageSpec
+from ludic_core.stages.run import DatasetData, StageSpec
 from ludic_core.lazy import renamed_exports
 from tasks.artifacts import learning_curve_artifact
 

@@ -9,7 +9,7 @@ from prefect import get_run_logger
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
 from ludic_core.training.checkpoint import verified_checkpoint
-from ludic_core.training.stage import StageSpec
+from ludic_core.stages.run import StageSpec
 from tasks.training import train_stage
 
 __all__ = ["run_stages"]

@@ -12,8 +12,8 @@ from pydantic import Field
 
 from flows.common import FlowConfig
 from ludic_core.bounds import MAX_PROCESSES, bounded
-from ludic_core.training.launch import run_torchrun
-from ludic_core.training.stage_spec import StageSpec
+from ludic_core.stages.launch import run_torchrun
+from ludic_core.stages.spec import StageSpec
 
 
 class TrainNodeConfig(FlowConfig):

@@ -25,8 +25,8 @@ from flows.policies import endpoint_from_block
 from ludic_core.compose.serving import server_for_run
 from ludic_core.config import LoRAConfig, VLLMConfig, VLLMEndpoint
 from ludic_core.lazy import renamed_exports
-from ludic_core.publish.vllm import AdapterLoadError, WeightPushError
-from ludic_core.training.stage import StageSpec
+from ludic_core.stages.run import StageSpec
+from ludic_core.vllm.publisher import AdapterLoadError, WeightPushError
 from tasks.inference import ensure_server, start_server, stop_server, watch_server
 from tasks.training import train_stage
 

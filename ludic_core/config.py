@@ -21,8 +21,8 @@ from ludic_core.algorithms import (AlgorithmConfig, CISPOConfig, CustomConfig, D
 from ludic_core.bounds import (MAX_ATTEMPTS, MAX_BUCKET_MB, MAX_CHECKPOINTS, MAX_CONCURRENCY, MAX_LORA_RANK,
                                MAX_SEED, MAX_SEQ_LEN, MAX_STEPS, MAX_TOKEN_BUDGET, bounded)
 from ludic_core.frozen import FrozenModel
-from ludic_core.inference.vllm_server import VLLMServerConfig
 from ludic_core.specs import DEVICE_DOC, DEVICE_PATTERN, DType
+from ludic_core.vllm.server import VLLMServerConfig
 
 __all__ = [
     "ReinforceConfig",

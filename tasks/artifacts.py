@@ -32,7 +32,7 @@ def table_artifact(key: str, rows: list[dict], description: str) -> None:
 @task(name="artifact-published-adapters", cache_policy=NO_CACHE)
 def adapters_artifact(adapter_dir: str) -> None:
     """Each adapter a LoRA run published into vLLM: version, files, size, whether they are still on disk."""
-    from ludic_core.publish.vllm_adapters import read_published
+    from ludic_core.vllm.adapters import read_published
 
     rows = [{"version": r["version"], "name": r["name"], "path": r["path"], "mb": round(r["bytes"] / 1e6, 3),
              "load_s": round(r["seconds"], 3), "on_disk": Path(r["path"]).is_dir()}

@@ -15,7 +15,7 @@ from prefect.cache_policies import NO_CACHE
 from pydantic import SecretStr
 
 from ludic_core.inference.errors import InferenceServerError
-from ludic_core.inference.vllm_server import VLLMServer, VLLMServerConfig, start_vllm_server, stop_server_pid
+from ludic_core.vllm.server import VLLMServer, VLLMServerConfig, start_vllm_server, stop_server_pid
 
 
 def _handle(server: dict) -> VLLMServer:

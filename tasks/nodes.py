@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from uuid import UUID
 
-from ludic_core.training.stage_spec import StageSpec
+from ludic_core.stages.spec import StageSpec
 
 __all__ = ["start_nodes", "wait_nodes", "cancel_nodes"]
 

@@ -18,8 +18,8 @@ from prefect.client.schemas.objects import State, TaskRun
 
 from ludic_core.training.checkpoint_integrity import CheckpointCorrupt
 
-from ludic_core.training.launch import run_torchrun
-from ludic_core.training.stage import StageSpec, run_stage
+from ludic_core.stages.launch import run_torchrun
+from ludic_core.stages.run import StageSpec, run_stage
 from tasks.nodes import cancel_nodes, start_nodes, wait_nodes
 
 

@@ -221,9 +221,9 @@ def vllm_server(tiny_model_dir, tmp_path_factory):
     import sys
     from types import SimpleNamespace
 
-    from ludic_core.inference.vllm_server import pid_alive
     from ludic_core.ports import free_port
-    from ludic_core.inference.vllm_setup import env_python
+    from ludic_core.vllm.server import pid_alive
+    from ludic_core.vllm.setup import env_python
 
     if not env_python().exists():
         pytest.fail(f"no vLLM environment at {env_python().parent.parent}: run `ludic serve --setup`")

@@ -86,7 +86,7 @@ def test_every_benchmark_script_has_a_smoke_or_a_reason():
 @pytest.mark.parametrize("script,args,also,timeout", SMOKES)
 def test_the_smoke_runs_and_prints_its_ratio_line(script, args, also, timeout, tmp_path, request):
     if request.node.get_closest_marker("vllm"):
-        from ludic_core.inference.vllm_setup import env_python
+        from ludic_core.vllm.setup import env_python
 
         if not env_python().exists():  # as the vllm_server fixture: a missing environment fails, never skips
             pytest.fail(f"no vLLM environment at {env_python().parent.parent}: run `make vllm`")

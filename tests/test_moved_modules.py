@@ -12,7 +12,32 @@ from pathlib import Path
 import pytest
 
 #: old path -> new path, for every module item 7 moved
-MOVED: dict[str, str] = {}
+MOVED: dict[str, str] = {
+    # the stage runner: its own layer above training
+    "ludic_core.training.stage": "ludic_core.stages.run",
+    "ludic_core.training.stage_data": "ludic_core.stages.data",
+    "ludic_core.training.stage_spec": "ludic_core.stages.spec",
+    "ludic_core.training.launch": "ludic_core.stages.launch",
+    # tic-tac-toe: an env package like the others (ludic_core.envs.tic_tac_toe is the package now)
+    "ludic_core.envs.tic_tac_toe_metrics": "ludic_core.envs.tic_tac_toe.metrics",
+    "ludic_core.envs.tic_tac_toe_players": "ludic_core.envs.tic_tac_toe.players",
+    "ludic_core.envs.tic_tac_toe_rules": "ludic_core.envs.tic_tac_toe.rules",
+    # vLLM: one package above inference and publish
+    "ludic_core.inference.vllm_client": "ludic_core.vllm.client",
+    "ludic_core.inference.vllm_http": "ludic_core.vllm.http",
+    "ludic_core.inference.vllm_preflight": "ludic_core.vllm.preflight",
+    "ludic_core.inference.vllm_probe": "ludic_core.vllm.probe",
+    "ludic_core.inference.vllm_server": "ludic_core.vllm.server",
+    "ludic_core.inference.vllm_setup": "ludic_core.vllm.setup",
+    "ludic_core.inference.vllm_plugin": "ludic_core.vllm.plugin",
+    "ludic_core.publish.vllm": "ludic_core.vllm.publisher",
+    "ludic_core.publish.vllm_adapters": "ludic_core.vllm.adapters",
+    "ludic_core.publish.transports": "ludic_core.vllm.transports",
+    # LoRA: one low package shared by training, inference and vllm
+    "ludic_core.inference.adapter_names": "ludic_core.lora.names",
+    "ludic_core.models.adapter_dir": "ludic_core.lora.adapter_dir",
+    "ludic_core.training.lora": "ludic_core.lora.peft_model",
+}
 
 
 def test_a_shim_warns_with_the_new_path_and_is_the_new_module(tmp_path):

@@ -142,7 +142,7 @@ def test_make_stops_before_pytest_and_starts_it_once_the_tools_are_there(bare_pa
     (venv / "bin" / "python").write_text(f'#!/bin/sh\necho "$@" >> {marker}\n')
     (venv / "bin" / "python").chmod(0o755)
     fresh = max(time.time(), *((ROOT / p).stat().st_mtime for p in
-                               ("pyproject.toml", "ludic_core/inference/vllm_setup.py"))) + 1
+                               ("pyproject.toml", "ludic_core/vllm/setup.py"))) + 1
     for stamp in (venv / ".ludic-installed", vllm_venv / ".ludic-vllm.json"):
         stamp.touch()
         os.utime(stamp, (fresh, fresh))  # installed: make goes straight to the preflight and pytest

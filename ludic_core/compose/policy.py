@@ -82,7 +82,7 @@ def http_client(base_url: str, *, model: str, api_key: str | None,
                 tokenizer_path: str | None = None) -> tuple[Any, str | None]:
     """An OpenAI-compatible server (vLLM); its ids are known to be the student's
     only when the served model's tokenizer directory is at hand."""
-    from ludic_core.inference.vllm_client import VLLMChatClient
+    from ludic_core.vllm.client import VLLMChatClient
 
     fingerprint = None
     if tokenizer_path:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from ludic_core.config import AdapterPublishing, LoRAConfig
-from ludic_core.inference.vllm_server import VLLMServerConfig
+from ludic_core.vllm.server import VLLMServerConfig
 
 __all__ = ["adapter_label", "adapter_rank", "served_adapter", "server_for_adapter", "server_for_run",
            "widest_adapter"]
@@ -56,7 +56,7 @@ def adapter_rank(path: str | Path) -> int:
 
 def server_for_adapter(server: VLLMServerConfig, adapter: str | None) -> VLLMServerConfig:
     """`server` able to serve `adapter` (a directory: LoRA serving at its rank, unless stated)."""
-    from ludic_core.models.adapter_dir import is_adapter_dir  # torch: only when an adapter is served
+    from ludic_core.lora.adapter_dir import is_adapter_dir  # torch: only when an adapter is served
 
     if adapter is None or server.max_lora_rank is not None:
         return server
@@ -70,7 +70,7 @@ def server_for_adapter(server: VLLMServerConfig, adapter: str | None) -> VLLMSer
 def widest_adapter(adapters: Sequence[str]) -> str | None:
     """The adapter directory of the largest rank among `adapters` (names of served adapters
     are skipped): a server started for all of them is sized for this one. None if no directory."""
-    from ludic_core.models.adapter_dir import is_adapter_dir  # torch: only when adapters are served
+    from ludic_core.lora.adapter_dir import is_adapter_dir  # torch: only when adapters are served
 
     dirs = [a for a in adapters if is_adapter_dir(a)]
     return max(dirs, key=adapter_rank) if dirs else None
@@ -86,9 +86,9 @@ def served_adapter(root_url: str, api_key: str | None, adapter: str | None) -> I
     Adapters are checked against the served base by the server's shapes
     only: an adapter of another base with the same shapes is not detected.
     """
-    from ludic_core.inference.vllm_http import ControlClient
-    from ludic_core.models.adapter_dir import is_adapter_dir
-    from ludic_core.publish.vllm_adapters import load_adapter, unload_adapter
+    from ludic_core.lora.adapter_dir import is_adapter_dir
+    from ludic_core.vllm.adapters import load_adapter, unload_adapter
+    from ludic_core.vllm.http import ControlClient
 
     if adapter is None or not is_adapter_dir(adapter):
         yield adapter

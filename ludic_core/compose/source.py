@@ -1,6 +1,6 @@
 """Configs -> a `RolloutBatchSource`: the one builder of fresh-rollout data.
 
-A synchronous stage (`training.stage_data`) and a pipeline actor
+A synchronous stage (`stages.data`) and a pipeline actor
 (`queue.actor`) draw the same batches from the same configs: same requests,
 same credit, same filters, and the algorithm's own request strategy (GRPO
 groups of its group size when it compares samples of one prompt). Building

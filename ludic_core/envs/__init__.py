@@ -8,9 +8,12 @@ from ludic_core.envs.arithmetic import ArithmeticEnv, generate_arithmetic_proble
 from ludic_core.envs.base import EnvError, LudicEnv, PolicyResolver
 from ludic_core.envs.dataset_qa import DatasetQAEnv, gsm8k_target_parser, numeric_verifier
 from ludic_core.envs.single_agent import SingleAgentEnv
-from ludic_core.envs.tic_tac_toe import TicTacToeDuelEnv, TicTacToeEnv
-from ludic_core.envs.tic_tac_toe_metrics import tic_tac_toe_metrics
-from ludic_core.envs.tic_tac_toe_players import scripted_tic_tac_toe_policy
+from ludic_core.envs.tic_tac_toe import (
+    TicTacToeDuelEnv,
+    TicTacToeEnv,
+    scripted_tic_tac_toe_policy,
+    tic_tac_toe_metrics,
+)
 
 __all__ = [
     "LudicEnv",

@@ -1,13 +1,13 @@
 """Inference clients: the `ChatClient` seam and its backends.
 
-`LocalChatClient` (torch/transformers) and `VLLMChatClient` (httpx) are
-imported lazily, through this package's attribute access (`ludic_core.lazy`),
-so configs and specs load anywhere.
+`LocalChatClient` (torch/transformers) is imported lazily, through this
+package's attribute access (`ludic_core.lazy`), so configs and specs load
+anywhere. The vLLM backend is `ludic_core.vllm`, a package above this one.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ludic_core.inference.client import ChatClient, WeightPusher
 from ludic_core.inference.errors import ContextLengthError, InferenceServerError, UnknownServedModelError
@@ -18,11 +18,10 @@ from ludic_core.inference.sampling import (
     SamplingConfig,
 )
 from ludic_core.inference.scripted import ScriptedChatClient, ScriptedPolicy
-from ludic_core.lazy import lazy_exports
+from ludic_core.lazy import lazy_exports, renamed_exports
 
 if TYPE_CHECKING:
     from ludic_core.inference.local import LocalChatClient
-    from ludic_core.inference.vllm_client import VLLMChatClient
 
 __all__ = [
     "ChatClient",
@@ -37,7 +36,12 @@ __all__ = [
     "ScriptedPolicy",
     "UnknownServedModelError",
     "WeightPusher",
-    "VLLMChatClient",
 ]
 
-__getattr__, __dir__ = lazy_exports(__name__, {"LocalChatClient": "local", "VLLMChatClient": "vllm_client"})
+_lazy, __dir__ = lazy_exports(__name__, {"LocalChatClient": "local"})
+#: moved to `ludic_core.vllm` (issue 56); resolved dynamically, since that package sits above this one
+_moved = renamed_exports(__name__, {"VLLMChatClient": "ludic_core.vllm:VLLMChatClient"})
+
+
+def __getattr__(name: str) -> Any:
+    return _moved(name) if name == "VLLMChatClient" else _lazy(name)

@@ -214,7 +214,7 @@ class LocalChatClient:
         return self.policy_version
 
     def _read_adapter(self, path: str | Path) -> tuple[dict, Any]:
-        from ludic_core.models.adapter_dir import base_fingerprint, check_base, read_adapter
+        from ludic_core.lora.adapter_dir import base_fingerprint, check_base, read_adapter
 
         tensors, config, ref = read_adapter(path)
         mine = base_fingerprint(self.model)

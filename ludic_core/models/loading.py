@@ -6,7 +6,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-__all__ = ["load_model_and_tokenizer", "MODEL_INIT_LOCK"]
+__all__ = ["load_adapter_model", "load_model_and_tokenizer", "MODEL_INIT_LOCK"]
 
 #: transformers' `from_pretrained` disables weight init and tying by patching
 #: class methods and torch functions for the whole process, then restores what
@@ -30,7 +30,7 @@ def load_model_and_tokenizer(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ludic_core.device import resolve_device, resolve_dtype
-    from ludic_core.models.adapter_dir import is_adapter_dir, load_adapter_model
+    from ludic_core.lora.adapter_dir import is_adapter_dir
 
     _check_local(path)
     target = resolve_device(device)
@@ -48,6 +48,29 @@ def load_model_and_tokenizer(
     model = model.to(target)
     model.eval()
     return model, tok
+
+
+def load_adapter_model(path: str | Path, *, base: str | Path | None = None) -> Any:
+    """The base (from `base`, else the recorded path) with the adapter merged in: a plain HF model.
+
+    Merged in float32 on the CPU, the way the trainer's base was fingerprinted,
+    so the same files always give the same weights (a base that is itself an
+    adapter directory is loaded the same way, recursively).
+    """
+    from peft import PeftModel
+
+    from ludic_core.lora.adapter_dir import base_fingerprint, check_base, read_base_ref
+
+    ref = read_base_ref(path)
+    base_path = base if base is not None else ref.get("path")
+    if not base_path:
+        raise ValueError(f"adapter {path} records no base model path (trained on an in-memory model): pass base=")
+    model, _ = load_model_and_tokenizer(base_path, dtype="float32", device="cpu")
+    check_base(ref, base_fingerprint(model), base_path, path)
+    with MODEL_INIT_LOCK:
+        merged = PeftModel.from_pretrained(model, str(path)).merge_and_unload()
+    merged.name_or_path = str(Path(path).resolve())  # a LoRA on top records this directory as its base
+    return merged.eval()
 
 
 def _check_local(path: str | Path) -> None:

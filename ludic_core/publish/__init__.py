@@ -1,18 +1,14 @@
-"""Weight publishing from the trainer to inference: in-process, or into a
-vLLM server through its native weight-transfer API (`VLLMPolicyPublisher`,
-imported lazily: it needs torch and httpx)."""
+"""Weight publishing from the trainer to inference: the `PolicyPublisher` seam and
+the in-process publisher. The vLLM publisher (`VLLMPolicyPublisher`) is
+`ludic_core.vllm`'s, a package above this one."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from ludic_core.lazy import lazy_exports
+from ludic_core.lazy import renamed_exports
 from ludic_core.publish.base import AdapterPublisher, InProcessPublisher, PolicyPublisher, adapter_name
 
-__all__ = ["AdapterPublisher", "InProcessPublisher", "PolicyPublisher", "VLLMPolicyPublisher", "WeightPushError",
-           "adapter_name"]
+__all__ = ["AdapterPublisher", "InProcessPublisher", "PolicyPublisher", "adapter_name"]
 
-if TYPE_CHECKING:
-    from ludic_core.publish.vllm import VLLMPolicyPublisher, WeightPushError
-
-__getattr__, __dir__ = lazy_exports(__name__, {"VLLMPolicyPublisher": "vllm", "WeightPushError": "vllm"})
+#: moved to `ludic_core.vllm` (issue 56); resolved dynamically, since that package sits above this one
+__getattr__ = renamed_exports(__name__, {"VLLMPolicyPublisher": "ludic_core.vllm:VLLMPolicyPublisher",
+                                         "WeightPushError": "ludic_core.vllm:WeightPushError"})

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Mapping, Protocol, runtime_checkable
 
-from ludic_core.inference.adapter_names import adapter_name
+from ludic_core.lora.names import adapter_name
 
 __all__ = ["AdapterPublisher", "InProcessPublisher", "PolicyPublisher", "adapter_name", "as_policy_publisher"]
 

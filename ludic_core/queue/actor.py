@@ -101,8 +101,8 @@ def _source(spec: ActorSpec, round_index: int) -> tuple[Any, int, str | None]:
     from ludic_core.inference import LocalChatClient
 
     if spec.vllm is not None:
-        from ludic_core.inference.vllm_client import VLLMChatClient
-        from ludic_core.inference.vllm_server import wait_for_health
+        from ludic_core.vllm.client import VLLMChatClient
+        from ludic_core.vllm.server import wait_for_health
 
         # the server may be restarting (its owner replaces a dead one): wait rather than burn this round's retries
         wait_for_health(spec.vllm.base_url, spec.wait_timeout_s or 600.0)

@@ -45,7 +45,7 @@ from typing import Any, Sequence
 
 from ludic_core.compose.build import PROTOCOL, build_engine
 from ludic_core.compose.configs import AgentConfig, ComponentConfig, EnvConfig
-from ludic_core.envs.tic_tac_toe_players import minimax_teacher
+from ludic_core.envs.tic_tac_toe.players import minimax_teacher
 from ludic_core.eval import evaluate_policy
 from ludic_core.inference import ScriptedChatClient
 from ludic_core.inference.sampling import InferenceSpec, SamplingConfig

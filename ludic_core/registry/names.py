@@ -44,8 +44,8 @@ GROUPS: dict[str, str] = {"env": "ludic.envs", "policy": "ludic.policies", "tool
 
 BUNDLED: dict[str, dict[str, str]] = {
     "env": {
-        "tic_tac_toe": "ludic_core.envs.tic_tac_toe:TicTacToeEnv",
-        "tic_tac_toe_duel": "ludic_core.envs.tic_tac_toe:TicTacToeDuelEnv",
+        "tic_tac_toe": "ludic_core.envs.tic_tac_toe.env:TicTacToeEnv",
+        "tic_tac_toe_duel": "ludic_core.envs.tic_tac_toe.env:TicTacToeDuelEnv",
         "arithmetic": "ludic_core.envs.arithmetic:ArithmeticEnv",
         "dataset_qa": "ludic_core.envs.dataset_file:dataset_qa_env",
         "code_exec": "ludic_core.envs.code_exec.env:CodeExecEnv",
@@ -55,9 +55,9 @@ BUNDLED: dict[str, dict[str, str]] = {
         "verifiers": "ludic_core.envs.verifiers_taskset:VerifiersTasksetEnv",
     },
     "policy": {
-        "tic_tac_toe_minimax": "ludic_core.envs.tic_tac_toe_players:minimax_teacher",
-        "tic_tac_toe_heuristic": "ludic_core.envs.tic_tac_toe_players:heuristic_teacher",
-        "tic_tac_toe_random": "ludic_core.envs.tic_tac_toe_players:random_player",
+        "tic_tac_toe_minimax": "ludic_core.envs.tic_tac_toe.players:minimax_teacher",
+        "tic_tac_toe_heuristic": "ludic_core.envs.tic_tac_toe.players:heuristic_teacher",
+        "tic_tac_toe_random": "ludic_core.envs.tic_tac_toe.players:random_player",
         "arithmetic_oracle": "ludic_core.envs.arithmetic:arithmetic_oracle",
         "code_reference": "ludic_core.envs.code_exec.problems:reference_solver",
         "reasoning_gym_answer": "ludic_core.envs.reasoning_gym.teacher:reasoning_gym_answer",

@@ -1,7 +1,9 @@
 """Training: the Trainer loop, checkpoints, distributed helpers, schedules.
 
-`Trainer` is resolved lazily (`ludic_core.lazy`), so `import ludic_core.training`
-(and a torch-free submodule such as `stage_spec`) loads no torch.
+What a stage wires around the Trainer (its spec, data, inference, torchrun launch)
+is one layer up, in `ludic_core.stages`. `Trainer` is resolved lazily
+(`ludic_core.lazy`), so `import ludic_core.training` (and a torch-free submodule
+such as `checkpoint_integrity`) loads no torch.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 One checkpoint is `ROOT/step_{step:08d}/`:
 
     model/                   HF `save_pretrained` output (+ tokenizer): publishable as is;
-                             a LoRA run's is its adapter (PEFT files + base pointer, `models.adapter_dir`)
+                             a LoRA run's is its adapter (PEFT files + base pointer, `lora.adapter_dir`)
     optimizer.safetensors    every optimizer tensor, e.g. `state.<param fqn>.exp_avg`
     optimizer.json           the rest of the optimizer state dict (param_groups, ...)
     scheduler.json           `scheduler.state_dict()` (JSON-able entries only)
@@ -37,15 +37,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from ludic_core.training.checkpoint_state import (
-    decode,
-    encode,
-    jsonable_entries,
-    map_device_states,
-    restore_rng,
-    rng_snapshot,
-    to_tensor,
-)
+from ludic_core.lora.peft_model import is_lora
+from ludic_core.training.checkpoint_adapter import adapter_state_for, require_adapter, write_adapter
 from ludic_core.training.checkpoint_identity import canonical, check_fingerprint, fingerprint, state_keys, tied_groups
 from ludic_core.training.checkpoint_integrity import (
     FORMAT_VERSION,
@@ -60,9 +53,16 @@ from ludic_core.training.checkpoint_integrity import (
     warn_fallback,
     write_manifest,
 )
-from ludic_core.training.checkpoint_adapter import adapter_state_for, require_adapter, write_adapter
+from ludic_core.training.checkpoint_state import (
+    decode,
+    encode,
+    jsonable_entries,
+    map_device_states,
+    restore_rng,
+    rng_snapshot,
+    to_tensor,
+)
 from ludic_core.training.distributed import DistContext, all_gather_json, broadcast_object_json
-from ludic_core.training.lora import is_lora
 
 __all__ = ["CheckpointCorrupt", "latest_checkpoint", "load_checkpoint", "load_model_weights", "save_checkpoint",
            "verified_checkpoint"]

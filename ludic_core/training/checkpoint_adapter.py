@@ -2,7 +2,7 @@
 
 `checkpoint.py` gathers the trainable tensors only (`ignore_frozen_params`) and
 hands them here: they are written as PEFT's adapter files with the base's path
-and fingerprint (`models.adapter_dir`), and read back keyed as the live model's
+and fingerprint (`lora.adapter_dir`), and read back keyed as the live model's
 state dict. Optimizer, scheduler and RNG state are stored as for any run.
 """
 
@@ -15,16 +15,16 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-from ludic_core.models.adapter_dir import WEIGHTS_FILE, check_base, is_adapter_dir, read_base_ref
+from ludic_core.lora.adapter_dir import WEIGHTS_FILE, check_base, is_adapter_dir, read_base_ref
+from ludic_core.lora.peft_model import adapter_config, base_ref, peft_key, unwrapped
 from ludic_core.training.checkpoint_integrity import corrupt
-from ludic_core.training.lora import adapter_config, base_ref, peft_key, unwrapped
 
 __all__ = ["adapter_state_for", "require_adapter", "write_adapter"]
 
 
 def write_adapter(model: Any, state: dict[str, torch.Tensor], out: Path, tokenizer: Any) -> None:
     """`state`: the gathered trainable tensors under model FQNs (rank 0)."""
-    from ludic_core.models.adapter_dir import write_adapter_dir
+    from ludic_core.lora.adapter_dir import write_adapter_dir
 
     tensors = {peft_key(unwrapped(k)): v for k, v in state.items() if "lora_" in k}
     if not tensors:

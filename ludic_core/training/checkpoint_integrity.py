@@ -33,7 +33,7 @@ MANIFEST = "manifest.json"
 REQUIRED = ("trainer_state.json", "optimizer.json", "optimizer.safetensors", "rng.safetensors", "scheduler.json")
 _STEP_DIR = re.compile(r"^step_(\d{8})$")
 _CHUNK = 1 << 20
-#: What a torchrun rank prints before failing on a corrupt checkpoint (`launch.run_torchrun` reads it).
+#: What a torchrun rank prints before failing on a corrupt checkpoint (`stages.launch.run_torchrun` reads it).
 CORRUPT_MARKER = "ludic-checkpoint-corrupt: "
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ludic_core.models.adapter_dir import is_adapter_dir, load_adapter_model, read_base_ref
+from ludic_core.lora.adapter_dir import is_adapter_dir, read_base_ref
+from ludic_core.models.loading import load_adapter_model
 from ludic_core.training.checkpoint import latest_checkpoint
 
 __all__ = ["export_merged"]

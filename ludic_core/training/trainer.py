@@ -34,13 +34,13 @@ from ludic_core.batching.sources import BatchSource, as_batch_source
 from ludic_core.config import TrainerConfig, check_max_lag
 from ludic_core.device import place_model, resolve_dtype
 from ludic_core.logging.loggers import Logger
+from ludic_core.lora.peft_model import adapter_config, adapter_state_dict, apply_lora, is_lora, merged_state_dict
 from ludic_core.losses import LossInputs, is_inert
 from ludic_core.publish.base import PolicyPublisher, as_policy_publisher
 from ludic_core.training import distributed as dist_utils
 from ludic_core.training.checkpoint import load_checkpoint, save_checkpoint
 from ludic_core.training.checkpoint_integrity import candidates
 from ludic_core.training.compiled_layers import compile_layers
-from ludic_core.training.lora import adapter_config, adapter_state_dict, apply_lora, is_lora, merged_state_dict
 from ludic_core.training.micro_batch_scoring import PackedScoring, PaddedScoring
 from ludic_core.training.micro_batches import MicroBatcher, is_pad, to_device
 from ludic_core.training.rollout_reuse import merge_update_metrics, plan_updates

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from ludic_core.publish.vllm_adapters import ServerAdapters
+from ludic_core.vllm.adapters import ServerAdapters
 
 
 class StandInServer:

@@ -20,7 +20,7 @@ from ludic_core.models import tokenizer_fingerprint
 from ludic_core.recipes.tic_tac_toe import keep_by_reward, teacher_rollouts
 from ludic_core.rejection import rollouts_to_dataset, save_dataset
 from ludic_core.training.checkpoint_integrity import CheckpointCorrupt
-from ludic_core.training.stage import DatasetData, StageSpec, run_stage
+from ludic_core.stages.run import DatasetData, StageSpec, run_stage
 from tasks.training import train_stage
 
 
@@ -80,7 +80,7 @@ def test_the_train_stage_task_retries_a_crash_but_not_a_corrupt_checkpoint():
 
 def test_a_torchrun_ranks_corrupt_report_is_read_back_as_the_same_message():
     from ludic_core.training.checkpoint_integrity import CORRUPT_MARKER
-    from ludic_core.training.launch import corrupt_reports
+    from ludic_core.stages.launch import corrupt_reports
 
     message = 'no intact checkpoint in /run/ckpt: checkpoint /run/ckpt/step_00000002 is corrupt: "x"'
     line = "[rank0]: " + CORRUPT_MARKER + json.dumps(message) + "\n"

@@ -60,7 +60,7 @@ def _page_config(**changes) -> RLTrainConfig:
 
 
 def test_the_page_example_trains_through_rl_train(my_pkg, tiny_model_dir):
-    from ludic_core.training.stage import run_stage
+    from ludic_core.stages.run import run_stage
 
     cfg = _page_config(model_path=str(tiny_model_dir), out_dir=str(my_pkg / "rl"))
     cfg.preflight()  # the env, the agent and the algorithm resolve, pass their kind checks and build

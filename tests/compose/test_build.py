@@ -76,7 +76,7 @@ def test_engine_plays_any_env_with_the_agent_config():
 
 
 def test_a_multi_agent_env_seats_the_same_policy_in_every_seat():
-    from ludic_core.envs.tic_tac_toe_players import minimax_teacher
+    from ludic_core.envs.tic_tac_toe.players import minimax_teacher
     from ludic_core.recipes.tic_tac_toe import AGENT
 
     m = evaluate_policy(ScriptedChatClient(minimax_teacher()), EnvConfig(name="tic_tac_toe_duel"), AGENT,
@@ -88,7 +88,7 @@ def test_a_multi_agent_env_seats_the_same_policy_in_every_seat():
 def test_names_are_resolved_once_per_engine_not_per_episode(monkeypatch):
     """Resolving a name scans every installed distribution's entry points (~30 ms here):
     per episode it was 90% of a scripted teacher's time. An engine resolves each name once."""
-    from ludic_core.envs.tic_tac_toe_players import minimax_teacher
+    from ludic_core.envs.tic_tac_toe.players import minimax_teacher
     from ludic_core.registry import names
 
     scans = []

@@ -11,8 +11,8 @@ from pydantic import ValidationError
 
 from ludic_core.compose.serving import adapter_label, adapter_rank, server_for_adapter, server_for_run
 from ludic_core.config import AdapterPublishing, LoRAConfig, SFTConfig, TrainerConfig, VLLMEndpoint
-from ludic_core.inference.vllm_server import VLLMServerConfig
-from ludic_core.training.stage_spec import DatasetData, StageSpec
+from ludic_core.stages.spec import DatasetData, StageSpec
+from ludic_core.vllm.server import VLLMServerConfig
 
 LORA = LoRAConfig(r=12)
 

@@ -85,8 +85,8 @@ def test_preference_tie_break_is_a_function_of_the_board():
 
 
 def test_the_heuristic_teacher_wins_blocks_and_otherwise_takes_edges():
-    from ludic_core.envs.tic_tac_toe_players import heuristic_teacher
-    from ludic_core.envs.tic_tac_toe_rules import winning_moves
+    from ludic_core.envs.tic_tac_toe.players import heuristic_teacher
+    from ludic_core.envs.tic_tac_toe.rules import winning_moves
 
     teacher = heuristic_teacher()
     assert teacher(_ask("XX.OO....", "X")) == "<move>3</move>"  # its own win first (3), not O's threat (6)
@@ -110,7 +110,7 @@ def test_a_confident_teacher_samples_like_a_model_and_plays_its_mode_greedily():
     import math
     from collections import Counter
 
-    from ludic_core.envs.tic_tac_toe_players import heuristic_teacher
+    from ludic_core.envs.tic_tac_toe.players import heuristic_teacher
     from ludic_core.inference import ScriptedChatClient
     from ludic_core.inference.sampling import ChatCompletionRequest, SamplingConfig
 

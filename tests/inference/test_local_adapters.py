@@ -121,7 +121,7 @@ def test_adapter_mode_refuses_a_full_fine_tune(tiny_model_dir, sft_items):
 
 def test_an_adapter_that_does_not_fit_is_refused_and_nothing_changes(served):
     client, tr, _ = served
-    from ludic_core.training.lora import adapter_config, adapter_state_dict
+    from ludic_core.lora.peft_model import adapter_config, adapter_state_dict
 
     tensors = adapter_state_dict(tr.model)
     partial = dict(list(tensors.items())[1:])

@@ -15,9 +15,9 @@ import pytest
 
 from ludic_core.inference import ChatCompletionRequest, ContextLengthError, InferenceServerError, SamplingConfig
 from ludic_core.inference.chat_render import ChatRenderError, chat_prompt_ids
-from ludic_core.inference.vllm_client import VLLMChatClient, parse_version
 from ludic_core.models.tiny import build_byte_tokenizer
-from ludic_core.inference.vllm_http import ControlClient, RetryPolicy
+from ludic_core.vllm.client import VLLMChatClient, parse_version
+from ludic_core.vllm.http import ControlClient, RetryPolicy
 
 FAST = RetryPolicy(max_retries=2, backoff_s=0.05, max_backoff_s=0.1)
 
@@ -228,7 +228,7 @@ def test_sync_weights_pushes_through_the_publisher_its_owner_gave_it():
 
 def test_the_tokenizer_comes_from_the_base_behind_an_adapter():
     """An adapter's /v1/models root is its adapter directory (no tokenizer): follow `parent` to the base."""
-    from ludic_core.inference.vllm_client import _base_root
+    from ludic_core.vllm.client import _base_root
 
     entries = [{"id": "policy", "root": "/models/base", "parent": None},
                {"id": "policy-v3", "root": "/adapters/policy-v3", "parent": "policy"}]

@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from ludic_core.inference import ChatCompletionRequest, InferenceServerError, LocalChatClient, SamplingConfig
-from ludic_core.inference.vllm_client import VLLMChatClient
-from ludic_core.inference.vllm_http import RetryPolicy
+from ludic_core.vllm.client import VLLMChatClient
+from ludic_core.vllm.http import RetryPolicy
 
 pytestmark = pytest.mark.vllm
 
@@ -100,12 +100,12 @@ def test_a_server_whose_owner_dies_ends_and_clients_get_a_clear_error(tiny_model
     import sys
     import time
 
-    from ludic_core.publish.vllm import VLLMPolicyPublisher
+    from ludic_core.vllm.publisher import VLLMPolicyPublisher
     from tests.procs import group_members
 
     owner = subprocess.Popen([sys.executable, "-c", (
         "import time\n"
-        "from ludic_core.inference.vllm_server import VLLMServerConfig, start_vllm_server\n"
+        "from ludic_core.vllm.server import VLLMServerConfig, start_vllm_server\n"
         f"server, key = start_vllm_server({str(tiny_model_dir)!r}, VLLMServerConfig(log_dir={str(tmp_path)!r}))\n"
         "print(server.pid, server.port, server.root_url, key, flush=True)\n"
         "time.sleep(600)\n")], stdout=subprocess.PIPE, text=True)

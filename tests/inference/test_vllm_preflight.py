@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from ludic_core.inference.vllm_preflight import (
+from ludic_core.vllm.preflight import (
     VLLMEnvironmentError,
     find_problems,
     gather_facts,
@@ -162,7 +162,7 @@ def test_preflight_refuses_an_interpreter_without_vllm(tmp_path):
 
 
 def test_start_vllm_server_checks_before_launching(tmp_path, tiny_model_dir):
-    from ludic_core.inference.vllm_server import VLLMServerConfig, start_vllm_server
+    from ludic_core.vllm.server import VLLMServerConfig, start_vllm_server
 
     cfg = VLLMServerConfig(python=sys.executable, log_dir=str(tmp_path / "logs"))
     with pytest.raises(VLLMEnvironmentError, match="no vLLM in"):

@@ -11,8 +11,8 @@ import time
 import pytest
 from pydantic import ValidationError
 
-from ludic_core.inference.vllm_plugin import PLUGIN_DIR
-from ludic_core.inference.vllm_server import VLLMServerConfig, build_command, pid_alive, stop_server_pid
+from ludic_core.vllm.plugin import PLUGIN_DIR
+from ludic_core.vllm.server import VLLMServerConfig, build_command, pid_alive, stop_server_pid
 
 
 def _flag(cmd: list[str], name: str) -> str:
@@ -48,7 +48,7 @@ def test_config_is_strict():
 
 
 def test_missing_environment_is_a_clear_error(tmp_path, tiny_model_dir):
-    from ludic_core.inference.vllm_server import start_vllm_server
+    from ludic_core.vllm.server import start_vllm_server
 
     with pytest.raises(FileNotFoundError, match="ludic serve --setup"):
         start_vllm_server(tiny_model_dir, VLLMServerConfig(python=str(tmp_path / "nope" / "python")))
@@ -93,7 +93,7 @@ def test_a_busy_server_is_not_declared_dead_after_one_slow_probe():
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from ludic_core.inference.vllm_server import VLLMServer
+    from ludic_core.vllm.server import VLLMServer
 
     calls: list[float] = []
 
@@ -134,7 +134,7 @@ def test_a_busy_server_is_not_declared_dead_after_one_slow_probe():
 
 def test_a_reused_pid_is_never_signalled():
     """The saved PID of a server that died long ago may now be someone else's."""
-    from ludic_core.inference.vllm_server import VLLMServer
+    from ludic_core.vllm.server import VLLMServer
 
     other = subprocess.Popen(["sleep", "60"], start_new_session=True)  # a group leader, like a server
     try:
@@ -149,7 +149,7 @@ def test_a_reused_pid_is_never_signalled():
 @pytest.mark.parametrize(("rank", "served"), [(1, 1), (2, 8), (8, 8), (9, 16), (16, 16), (33, 64), (300, 320),
                                               (321, 512), (512, 512)])
 def test_lora_ranks_round_up_to_one_vllm_accepts(rank, served):
-    from ludic_core.inference.vllm_server import served_lora_rank
+    from ludic_core.vllm.server import served_lora_rank
 
     assert served_lora_rank(rank) == served
 

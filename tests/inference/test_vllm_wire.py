@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ludic_core.inference.vllm_plugin import ludic_gloo_wire as wire
+from ludic_core.vllm.plugin import ludic_gloo_wire as wire
 
 
 def _metas(*specs):
@@ -74,7 +74,7 @@ def test_schema_problems_name_unknown_missing_and_misshaped_parameters():
 
 
 def test_server_extension_imports_outside_vllm_without_registering():
-    from ludic_core.inference.vllm_plugin import ludic_vllm_ext as ext
+    from ludic_core.vllm.plugin import ludic_vllm_ext as ext
 
     assert ext.WeightTransferEngineFactory is None  # no vLLM in this environment
     info = ext.GlooUpdateInfo(names=["a"], dtype_names=["float32"], shapes=[[1]], buckets=[[0, 1]])
@@ -88,7 +88,7 @@ def test_auth_middleware_guards_every_route_but_liveness(monkeypatch):
     from starlette.routing import Route
     from starlette.testclient import TestClient
 
-    from ludic_core.inference.vllm_plugin.ludic_vllm_auth import require_api_key
+    from ludic_core.vllm.plugin.ludic_vllm_auth import require_api_key
 
     ok = lambda request: PlainTextResponse("ok")  # noqa: E731
     app = Starlette(routes=[Route(p, ok, methods=["GET", "POST"]) for p in ("/health", "/pause", "/collective_rpc")])

@@ -61,8 +61,8 @@ def test_the_head_sizes_are_the_installed_vllms():
     import json
     import subprocess
 
-    from ludic_core.inference.vllm_setup import env_python
     from ludic_core.models.tiny import VLLM_CPU_HEAD_SIZES
+    from ludic_core.vllm.setup import env_python
 
     code = ("import json; from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend as B; "
             "print(json.dumps(list(B.get_supported_head_sizes())))")

@@ -100,7 +100,7 @@ def run_processes(run_id) -> dict[int, str]:
 def _kinds(procs: dict[int, str]) -> dict[str, int]:
     return {"vllm": sum("vllm" in c for c in procs.values()),
             "torchrun agent": sum("torch.distributed.run" in c for c in procs.values()),
-            "ranks": sum("ludic_core.training.stage" in c and "torch.distributed.run" not in c
+            "ranks": sum("ludic_core.stages.run" in c and "torch.distributed.run" not in c
                          for c in procs.values())}
 
 

@@ -7,7 +7,7 @@ from prefect import flow
 from prefect.client.orchestration import get_client
 
 from ludic_core.config import SFTConfig, TrainerConfig
-from ludic_core.training.stage import DatasetData, StageSpec
+from ludic_core.stages.run import DatasetData, StageSpec
 from tasks.training import train_stage
 
 

@@ -19,9 +19,9 @@ pytestmark = pytest.mark.slow
 def _adapters(model_dir, out, scales: tuple[float, ...]) -> list[str]:
     """Rank-4 adapters of the tiny model, seeded, each further from the base than the last."""
     from ludic_core.config import LoRAConfig
+    from ludic_core.lora.adapter_dir import write_adapter_dir
+    from ludic_core.lora.peft_model import adapter_config, adapter_state_dict, apply_lora
     from ludic_core.models import load_model_and_tokenizer
-    from ludic_core.models.adapter_dir import write_adapter_dir
-    from ludic_core.training.lora import adapter_config, adapter_state_dict, apply_lora
 
     model = apply_lora(load_model_and_tokenizer(model_dir)[0], LoRAConfig(r=4, alpha=8))
     dirs = []
@@ -46,7 +46,7 @@ def test_three_adapters_compare_on_one_server_in_one_run(prefect_api, vllm_serve
     restored after): a base that answers in format, so adapters that move it show."""
     from blocks import InferenceEndpoint
     from ludic_core.models import load_model_and_tokenizer
-    from ludic_core.publish.vllm import VLLMPolicyPublisher
+    from ludic_core.vllm.publisher import VLLMPolicyPublisher
 
     InferenceEndpoint(kind="vllm", base_url=vllm_server.base_url, model_path=vllm_server.model,
                       api_key=vllm_server.api_key).save("adapters-server", overwrite=True)

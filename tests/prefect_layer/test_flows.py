@@ -99,7 +99,7 @@ def _stage_workers() -> list[int]:
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if "ludic_core.training.stage" in cmd and "torch.distributed.run" not in cmd:
+        if "ludic_core.stages.run" in cmd and "torch.distributed.run" not in cmd:
             pids.append(int(entry.name))
     return pids
 

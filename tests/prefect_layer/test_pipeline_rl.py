@@ -95,9 +95,9 @@ def test_pipeline_rl_with_vllm_actors_and_lora_adapters(prefect_api, format_tune
     from flows.pipeline_rl import PipelineRLConfig, pipeline_rl
     from ludic_core.config import VLLMConfig
     from ludic_core.config import GRPOConfig, LoRAConfig, TrainerConfig
-    from ludic_core.inference.vllm_server import VLLMServerConfig
-    from ludic_core.publish.vllm_adapters import read_published
     from ludic_core.recipes.tic_tac_toe import RECIPE
+    from ludic_core.vllm.adapters import read_published
+    from ludic_core.vllm.server import VLLMServerConfig
 
     run = tmp_path / "run"
     cfg = PipelineRLConfig(
@@ -341,8 +341,8 @@ def test_vllm_server_killed_mid_pipeline_is_restarted_and_the_run_completes(pref
     from flows.pipeline_rl import PipelineRLConfig, pipeline_rl
     from ludic_core.config import VLLMConfig
     from ludic_core.config import GRPOConfig, TrainerConfig
-    from ludic_core.inference.vllm_server import VLLMServerConfig, pid_alive
     from ludic_core.recipes.tic_tac_toe import RECIPE
+    from ludic_core.vllm.server import VLLMServerConfig, pid_alive
     from tests.prefect_layer.test_vllm_flow import _servers_of
 
     run = tmp_path / "run"

@@ -53,7 +53,7 @@ def test_a_running_server_named_by_an_endpoint_block(prefect_api, vllm_server, f
     pushed live): a teacher that plays in format, named only by a block."""
     from blocks import InferenceEndpoint
     from ludic_core.models import load_model_and_tokenizer
-    from ludic_core.publish.vllm import VLLMPolicyPublisher
+    from ludic_core.vllm.publisher import VLLMPolicyPublisher
 
     publisher = VLLMPolicyPublisher(vllm_server.root_url, api_key=vllm_server.api_key)
     try:

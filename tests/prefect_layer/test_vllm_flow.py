@@ -15,8 +15,8 @@ import pytest
 
 from flows.rl_train import RLTrainConfig, rl_train
 from ludic_core.config import GRPOConfig, TrainerConfig, VLLMConfig
-from ludic_core.inference.vllm_server import START_MARK, VLLMServerConfig, pid_alive
 from ludic_core.recipes.tic_tac_toe import AGENT, ENV
+from ludic_core.vllm.server import START_MARK, VLLMServerConfig, pid_alive
 
 
 def _servers_of(model_dir: Path) -> list[int]:
@@ -120,8 +120,8 @@ def test_refused_pushes_fail_at_once_transient_failures_are_retried(prefect_api,
     from prefect import flow
 
     from blocks import InferenceEndpoint
-    from ludic_core.publish.vllm import WeightPushError
-    from ludic_core.training.stage import StageSpec
+    from ludic_core.stages.run import StageSpec
+    from ludic_core.vllm.publisher import WeightPushError
 
     InferenceEndpoint(kind="vllm", base_url="http://127.0.0.1:9/v1", model_path="policy").save(
         f"retry-{error}", overwrite=True)
@@ -161,7 +161,7 @@ def test_a_lora_run_hot_swaps_adapters_and_a_killed_server_gets_the_resumed_one(
     starts a new one, the stage resumes from its checkpoint and loads that checkpoint's
     adapter first, so (max_lag=0) every later item still comes from the trainer's version."""
     from ludic_core.config import LoRAConfig
-    from ludic_core.publish.vllm_adapters import read_published
+    from ludic_core.vllm.adapters import read_published
 
     model_dir = _private_copy(format_tuned_model_dir, tmp_path)
     cfg = RLTrainConfig(

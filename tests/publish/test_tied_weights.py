@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from ludic_core.inference.vllm_plugin import ludic_gloo_wire as wire
-from ludic_core.publish.vllm import _without_tied_copies
+from ludic_core.vllm.plugin import ludic_gloo_wire as wire
+from ludic_core.vllm.publisher import _without_tied_copies
 
 
 def _tied_llama(tmp_path):

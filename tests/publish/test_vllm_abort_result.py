@@ -1,7 +1,7 @@
 """What vLLM's /collective_rpc hands back for the abort of a half-done push (strings, seen on a
 live server: {'results': ['False']}), read right."""
 
-from ludic_core.publish.vllm import left_half_done
+from ludic_core.vllm.publisher import left_half_done
 
 
 def test_a_string_false_from_every_worker_is_no_half_done_push():

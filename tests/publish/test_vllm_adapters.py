@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ludic_core.inference.adapter_names import adapter_name, adapter_version
-from ludic_core.inference.vllm_client import newest_adapter
-from ludic_core.publish.vllm_adapters import adapter_problems, to_unload
+from ludic_core.lora.names import adapter_name, adapter_version
+from ludic_core.vllm.adapters import adapter_problems, to_unload
+from ludic_core.vllm.client import newest_adapter
 
 
 class _Cfg:  # the two fields of a peft.LoraConfig the check reads

@@ -18,12 +18,12 @@ from ludic_core.algorithms import build_algorithm, make_sft
 from ludic_core.batching.sources import OfflineBatchSource
 from ludic_core.config import LoRAConfig, TrainerConfig
 from ludic_core.inference import ChatCompletionRequest, SamplingConfig, UnknownServedModelError
-from ludic_core.inference.vllm_client import VLLMChatClient
+from ludic_core.lora.peft_model import adapter_config, adapter_state_dict
 from ludic_core.models import load_model_and_tokenizer
-from ludic_core.publish.vllm import AdapterLoadError, VLLMPolicyPublisher
-from ludic_core.publish.vllm_adapters import read_published
-from ludic_core.training.lora import adapter_config, adapter_state_dict
 from ludic_core.training.trainer import Trainer
+from ludic_core.vllm.adapters import read_published
+from ludic_core.vllm.client import VLLMChatClient
+from ludic_core.vllm.publisher import AdapterLoadError, VLLMPolicyPublisher
 
 pytestmark = pytest.mark.vllm
 
@@ -167,7 +167,7 @@ def test_adapter_directories_compare_on_one_server_and_leave_it_as_found(run, vl
 
 
 def test_bad_adapters_are_refused_and_the_previous_one_keeps_serving(run, vllm_server, tiny_model_dir, tmp_path):
-    from ludic_core.training.lora import apply_lora
+    from ludic_core.lora.peft_model import apply_lora
 
     client, tr, publisher = run
     greedy = dict(temperature=0.0, max_tokens=10)

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from ludic_core.inference import ChatCompletionRequest, InferenceServerError, SamplingConfig
-from ludic_core.inference.vllm_client import VLLMChatClient
-from ludic_core.inference.vllm_plugin import ludic_gloo_wire as wire
-from ludic_core.publish.vllm import VLLMPolicyPublisher, WeightPushError
+from ludic_core.vllm.client import VLLMChatClient
+from ludic_core.vllm.plugin import ludic_gloo_wire as wire
+from ludic_core.vllm.publisher import VLLMPolicyPublisher, WeightPushError
 
 pytestmark = pytest.mark.vllm
 
@@ -163,7 +163,7 @@ def test_lora_is_published_as_merged_weights(client, publisher, tiny_model_and_t
     import copy
 
     from ludic_core.config import LoRAConfig
-    from ludic_core.training.lora import apply_lora, merged_state_dict
+    from ludic_core.lora.peft_model import apply_lora, merged_state_dict
 
     peft_model = apply_lora(copy.deepcopy(tiny_model_and_tokenizer[0]), LoRAConfig(r=4))
     with torch.no_grad():

@@ -14,7 +14,7 @@ import pytest
 
 from ludic_core.config import SFTConfig, TrainerConfig
 from ludic_core.queue import SAWStream, encode_item
-from ludic_core.training.stage_spec import StageSpec, StreamData
+from ludic_core.stages.spec import StageSpec, StreamData
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
@@ -73,7 +73,7 @@ def test_kill_9_mid_stage_loses_nothing_and_trains_nothing_twice(ranks, redis_se
     env = {**os.environ, "LUDIC_REDIS_PASSWORD": PASSWORD, "PYTHONPATH": str(Path(__file__).parents[2]),
            "OMP_NUM_THREADS": "1"}
     result_path = tmp_path / "result.json"
-    cmd = ([sys.executable] if ranks == 1 else TORCHRUN) + ["-m", "ludic_core.training.stage", str(spec_path),
+    cmd = ([sys.executable] if ranks == 1 else TORCHRUN) + ["-m", "ludic_core.stages.run", str(spec_path),
                                                             str(result_path)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 180
@@ -112,7 +112,7 @@ def test_ranks_end_with_their_torchrun_agent(redis_server, client, tiny_model_di
     spec_path.write_text(spec.model_dump_json())
     env = {**os.environ, "LUDIC_REDIS_PASSWORD": PASSWORD, "PYTHONPATH": str(Path(__file__).parents[2]),
            "OMP_NUM_THREADS": "1"}
-    agent = subprocess.Popen(TORCHRUN + ["-m", "ludic_core.training.stage", str(spec_path)], env=env,
+    agent = subprocess.Popen(TORCHRUN + ["-m", "ludic_core.stages.run", str(spec_path)], env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     token = str(spec_path).encode()
 

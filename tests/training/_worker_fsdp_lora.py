@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import _worker_fsdp as base  # noqa: E402
 
 from ludic_core.config import LoRAConfig  # noqa: E402
-from ludic_core.training.lora import apply_lora  # noqa: E402
+from ludic_core.lora.peft_model import apply_lora  # noqa: E402
 
 
 def make_training(model_dir, ctx):

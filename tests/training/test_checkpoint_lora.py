@@ -155,9 +155,9 @@ def test_fsdp_two_ranks_checkpoint_and_resume_an_adapter(tiny_model_dir, tmp_pat
 
     from safetensors.torch import load_file
 
+    from ludic_core.lora.peft_model import adapter_state_dict
     from ludic_core.training.checkpoint import save_checkpoint
     from ludic_core.training.distributed import init_distributed
-    from ludic_core.training.lora import adapter_state_dict
 
     worker = Path(__file__).with_name("_worker_fsdp_lora.py")
     repo = Path(__file__).resolve().parents[2]

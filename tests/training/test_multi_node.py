@@ -12,8 +12,8 @@ from pydantic import ValidationError
 
 from ludic_core.config import SFTConfig, TrainerConfig
 from ludic_core.ports import free_port
-from ludic_core.training.launch import run_torchrun, torchrun_command
-from ludic_core.training.stage_spec import DatasetData, NodeSettings, StageSpec
+from ludic_core.stages.launch import run_torchrun, torchrun_command
+from ludic_core.stages.spec import DatasetData, NodeSettings, StageSpec
 
 
 def _spec(model, data, ckpt, nodes=NodeSettings(), device="auto"):

@@ -219,7 +219,7 @@ def test_lora_updates_are_the_plain_lora_trainers_steps(tiny_model_dir):
     the two updates are a plain LoRA trainer's two steps on the plan's parts; the adapter is
     published once, as version 2."""
     from ludic_core.inference import LocalChatClient
-    from ludic_core.inference.adapter_names import adapter_name
+    from ludic_core.lora.names import adapter_name
     from ludic_core.publish import InProcessPublisher
 
     model, tok = load_model_and_tokenizer(tiny_model_dir)
@@ -314,8 +314,8 @@ def test_the_queue_drops_by_policy_versions_and_publishes_them(tiny_model_dir, t
     from ludic_core.models import tokenizer_fingerprint
     from ludic_core.publish.directory import read_latest
     from ludic_core.queue import SAWStream, connect, encode_item
-    from ludic_core.training.stage import run_stage
-    from ludic_core.training.stage_spec import StageSpec, StreamData
+    from ludic_core.stages.run import run_stage
+    from ludic_core.stages.spec import StageSpec, StreamData
 
     model, tok = load_model_and_tokenizer(tiny_model_dir)
     items, fp = _on_policy_items(model), tokenizer_fingerprint(tok)

@@ -12,7 +12,7 @@ from ludic_core.recipes.tic_tac_toe import keep_by_reward, teacher_rollouts
 from ludic_core.models import tokenizer_fingerprint
 from ludic_core.rejection import load_saw_items, rollouts_to_dataset, save_dataset
 from ludic_core.recipes.tic_tac_toe import AGENT, ENV
-from ludic_core.training.stage import DatasetData, RolloutData, StageSpec, run_stage
+from ludic_core.stages.run import DatasetData, RolloutData, StageSpec, run_stage
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -81,7 +81,7 @@ def test_stage_cli_runs_a_spec_file(tiny_model_dir, dataset, tmp_path):
     spec = StageSpec(model_path=str(tiny_model_dir), checkpoint_dir=str(tmp_path / "ckpt"),
                      algorithm=SFTConfig(), data=DatasetData(path=str(dataset[1]), batch_size=4), until_step=1)
     (tmp_path / "spec.json").write_text(spec.model_dump_json())
-    res = subprocess.run([sys.executable, "-m", "ludic_core.training.stage", str(tmp_path / "spec.json"),
+    res = subprocess.run([sys.executable, "-m", "ludic_core.stages.run", str(tmp_path / "spec.json"),
                           str(tmp_path / "result.json")], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert json.loads((tmp_path / "result.json").read_text())["step"] == 1

@@ -6,7 +6,7 @@ from pathlib import Path
 from ludic_core.config import GRPOConfig, LoRAConfig, TrainerConfig
 from ludic_core.models import load_model_and_tokenizer
 from ludic_core.recipes.tic_tac_toe import AGENT, ENV
-from ludic_core.training.stage import RolloutData, StageSpec, run_stage
+from ludic_core.stages.run import RolloutData, StageSpec, run_stage
 
 
 def test_lora_rl_stage_checkpoints_adapters_and_resumes(tiny_model_dir, tmp_path):

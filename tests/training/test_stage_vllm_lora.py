@@ -11,7 +11,7 @@ import pytest
 
 from ludic_core.config import GRPOConfig, LoRAConfig, TrainerConfig, VLLMEndpoint
 from ludic_core.recipes.tic_tac_toe import AGENT, ENV
-from ludic_core.training.stage import RolloutData, StageSpec, run_stage
+from ludic_core.stages.run import RolloutData, StageSpec, run_stage
 
 pytestmark = pytest.mark.vllm
 

@@ -9,7 +9,7 @@ model is asked to. They play through `ScriptedChatClient` as teachers too.
   (TextArena prints them for several games: TicTacToe's "Available Moves: '[0]',
   '[4]'", Othello's "Valid moves: ..."). Games that list no moves (ConnectFour,
   Nim) need a game-specific player.
-- `textarena_tic_tac_toe_minimax`: our exact minimax (`tic_tac_toe_rules`) on
+- `textarena_tic_tac_toe_minimax`: our exact minimax (`tic_tac_toe.rules`) on
   TextArena's TicTacToe board (cells 0-8; Player 0 is 'O' and moves first).
 """
 
@@ -19,7 +19,7 @@ import random
 import re
 from typing import Callable, Literal
 
-from ludic_core.envs.tic_tac_toe_rules import minimax_moves
+from ludic_core.envs.tic_tac_toe.rules import minimax_moves
 from ludic_core.types import Message
 
 __all__ = ["textarena_random", "textarena_tic_tac_toe_minimax", "listed_moves", "parse_tic_tac_toe_board"]

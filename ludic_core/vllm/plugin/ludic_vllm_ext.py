@@ -34,7 +34,7 @@ import torch
 try:  # inside the server: this folder is on PYTHONPATH
     import ludic_gloo_wire as wire
 except ImportError:  # imported as part of ludic_core
-    from ludic_core.inference.vllm_plugin import ludic_gloo_wire as wire
+    from ludic_core.vllm.plugin import ludic_gloo_wire as wire
 
 try:
     from vllm.distributed.weight_transfer.base import (

@@ -1,5 +1,5 @@
 """Tic-tac-toe: a single-agent env against a scripted opponent and a two-agent
-duel env, over the rules in `tic_tac_toe_rules` (scripted players: `tic_tac_toe_players`).
+duel env, over the rules in `rules` (scripted players: `players`).
 
 Boards are 9-char strings of 'X', 'O', '.' in row-major order. Models and
 actions use cell numbers 1..9; the code uses indices 0..8 internally. The game
@@ -15,8 +15,8 @@ from typing import Any, Iterable, Literal
 
 from ludic_core.envs.base import LudicEnv
 from ludic_core.envs.single_agent import SingleAgentEnv
-from ludic_core.envs.tic_tac_toe_metrics import tic_tac_toe_metrics
-from ludic_core.envs.tic_tac_toe_rules import (  # the rules live there; re-exported here
+from ludic_core.envs.tic_tac_toe.metrics import tic_tac_toe_metrics
+from ludic_core.envs.tic_tac_toe.rules import (  # the rules live there; re-exported here
     EMPTY_BOARD,
     _as_board,
     _check_mark,
