@@ -105,6 +105,37 @@ def test_the_heuristic_teacher_wins_blocks_and_otherwise_takes_edges():
         heuristic_teacher(fallback="best")
 
 
+def test_a_teacher_that_overlooks_columns_blocks_them_only_when_it_notices():
+    import math
+    from collections import Counter
+
+    from ludic_core.envs.tic_tac_toe.players import heuristic_teacher
+
+    teacher = heuristic_teacher(seed=1, fallback="centre", overlooks="columns", notice=0.3)
+    assert teacher(_ask("." * 9, "X")) == "<move>5</move>"  # centre first
+    assert teacher(_ask("....X....", "O")) == "<move>1</move>"  # then the first free corner
+    column = _ask("O..OX....", "X")  # O threatens column 1-4-7 only; X has nothing to win
+    assert {teacher(column) for _ in range(50)} == {"<move>3</move>"}  # greedy: overlooked, a corner
+    assert teacher(_ask("OO..X....", "X")) == "<move>3</move>"  # a row threat is seen and blocked
+    assert teacher(_ask("XO.XO....", "X")) == "<move>7</move>"  # its own win still comes first
+    # a cell that blocks a row and a column at once is seen through the row
+    both = _ask(".XXXOOXO.", "O")  # 1 completes X's row 1-2-3 and X's column 1-4-7
+    assert {teacher(both, temperature=1.0) for _ in range(50)} == {"<move>1</move>"}
+    # sampled: the block with probability sigmoid(logit(0.3) / T)
+    for temperature, n in ((1.0, 6000), (0.5, 6000)):
+        counts = Counter(teacher(column, temperature=temperature) for _ in range(n))
+        expected = 1 / (1 + math.exp(-math.log(0.3 / 0.7) / temperature))  # 0.3, then 0.155
+        assert abs(counts["<move>7</move>"] / n - expected) < 0.02, (temperature, counts)
+        assert set(counts) == {"<move>7</move>", "<move>3</move>"}
+    # the other blind spots, and bad values named
+    assert heuristic_teacher(overlooks="rows")(_ask("OO..X....", "X")) == "<move>4</move>"  # the first free edge
+    assert heuristic_teacher(overlooks="rows")(column) == "<move>7</move>"
+    for bad, match in (({"overlooks": "cols"}, "overlooks"), ({"notice": 1.0}, "notice"),
+                       ({"notice": 0.0}, "notice"), ({"fallback": "middle"}, "fallback")):
+        with pytest.raises(ValueError, match=match):
+            heuristic_teacher(**bad)
+
+
 def test_a_confident_teacher_samples_like_a_model_and_plays_its_mode_greedily():
     import asyncio
     import math

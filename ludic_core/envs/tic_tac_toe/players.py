@@ -85,40 +85,68 @@ def minimax_teacher(seed: int = 0, tie_break: Literal["random", "preference"] = 
     return scripted_tic_tac_toe_policy("minimax", seed=seed, tie_break=tie_break)
 
 
-def heuristic_teacher(seed: int = 0, fallback: Literal["edges", "random"] = "edges",
-                      confidence: float | None = None) -> Callable[..., str]:
+#: the lines a teacher can overlook (cells 1-9)
+_LINES = {"rows": ((1, 2, 3), (4, 5, 6), (7, 8, 9)), "columns": ((1, 4, 7), (2, 5, 8), (3, 6, 9)),
+          "diagonals": ((1, 5, 9), (3, 5, 7))}
+_FALLBACKS = {"edges": _EDGES_FIRST, "centre": _PREFERENCE, "random": None}
+
+
+def heuristic_teacher(seed: int = 0, fallback: Literal["edges", "centre", "random"] = "edges",
+                      confidence: float | None = None,
+                      overlooks: Literal["rows", "columns", "diagonals"] | None = None,
+                      notice: float = 0.3) -> Callable[..., str]:
     """The demo's teacher (registered policy `tic_tac_toe_heuristic`): wins when it can, blocks
     when it must, and otherwise plays edges first, corners next, the centre last (`fallback:
-    random`: a random legal move). Good but imperfect, as a real teacher model is: a rule
-    follower with a blind spot (vs a random opponent X 0.95, O 0.885 win+draw over the demo's
-    400 evaluation games, against 1.0 and 1.0 for minimax). The student imitates the blind spot
-    by SFT; RL on the game's reward has room to play past it.
+    centre`: centre, corners, edges; `random`: a random legal move). Good but imperfect, as a
+    real teacher model is: a rule follower with a blind spot (vs a random opponent X 0.95, O 0.885
+    win+draw over the demo's 400 evaluation games, against 1.0 and 1.0 for minimax). The student
+    imitates the blind spot by SFT; RL on the game's reward has room to play past it.
 
     `confidence` makes it sample as a teacher model does: with nothing to win or block, its
     preferred move has logit `confidence` and every other legal move logit 0, sampled at the
     request's temperature (greedy, T = 0: always the preferred move, the play its row shows).
-    None: the preferred move at every temperature."""
-    if fallback not in ("edges", "random"):
-        raise ValueError(f"unknown fallback {fallback!r}; expected 'edges' or 'random'")
+    None: the preferred move at every temperature.
+
+    `overlooks` is a blind spot in blocking, where RL on the reward can see it: a threat only on
+    those lines is blocked with probability sigmoid(logit(`notice`) / T) when sampled (`notice` at
+    T = 1), never when greedy (if `notice` < 0.5); otherwise it plays its fallback. Its student
+    then blocks there now and then, which gives RL the comparison to learn from."""
+    if fallback not in _FALLBACKS:
+        raise ValueError(f"unknown fallback {fallback!r}; expected one of {sorted(_FALLBACKS)}")
     if confidence is not None and not confidence >= 0.0:
         raise ValueError(f"confidence must be a logit >= 0 or None, got {confidence!r}")
-    rule = scripted_tic_tac_toe_policy("heuristic", seed=seed,
-                                       tie_break="preference" if fallback == "edges" else "random")
-    rng = random.Random(seed)
+    if overlooks is not None and overlooks not in _LINES:
+        raise ValueError(f"unknown overlooks {overlooks!r}; expected one of {sorted(_LINES)} or None")
+    if not 0.0 < notice < 1.0:
+        raise ValueError(f"notice must be a probability in (0, 1), got {notice!r}")
+    order, rng = _FALLBACKS[fallback], random.Random(seed)
+    visible = [line for name, lines in _LINES.items() if name != overlooks for line in lines]
+    notice_logit = math.log(notice / (1.0 - notice))
 
     def teacher(messages: list[Message], temperature: float = 0.0) -> str:
-        reply = rule(messages)
-        if confidence is None or temperature <= 0.0:
-            return reply
         board, mark = parse_observation(_last_user_text(messages))
-        if winning_moves(board, mark) or winning_moves(board, "O" if mark == "X" else "X"):
-            return reply
-        preferred = int(reply[len("<move>"):-len("</move>")])
-        others = [m for m in legal_moves(board) if m != preferred]
+        moves = legal_moves(board)
+        if not moves:
+            raise ValueError(f"the game on board {board!r} is over; there is no move to make")
+        wins = winning_moves(board, mark)
+        if wins:
+            return f"<move>{wins[0]}</move>"
+        other = "O" if mark == "X" else "X"
+        blocks = winning_moves(board, other)
+        seen = [c for c in blocks if any(c in line and all(board[i - 1] == other for i in line if i != c)
+                                         for line in visible)]
+        if seen:
+            return f"<move>{seen[0]}</move>"
+        preferred = rng.choice(moves) if order is None else min(moves, key=order.index)
+        if blocks:  # only on overlooked lines
+            noticed = (temperature > 0.0 and rng.random() < 1.0 / (1.0 + math.exp(
+                -max(min(notice_logit / temperature, 50.0), -50.0)))) or (temperature <= 0.0 and notice > 0.5)
+            return f"<move>{blocks[0] if noticed else preferred}</move>"
+        others = [m for m in moves if m != preferred]
+        if confidence is None or temperature <= 0.0 or not others:
+            return f"<move>{preferred}</move>"
         weight = math.exp(min(confidence / temperature, 50.0))  # exp(50): the others' share is 0
-        if not others or rng.random() * (weight + len(others)) < weight:
-            return reply
-        return f"<move>{rng.choice(others)}</move>"
+        return f"<move>{preferred if rng.random() * (weight + len(others)) < weight else rng.choice(others)}</move>"
 
     return teacher
 
