@@ -343,16 +343,17 @@ def test_vllm_server_killed_mid_pipeline_is_restarted_and_the_run_completes(pref
     from ludic_core.config import GRPOConfig, TrainerConfig
     from ludic_core.recipes.tic_tac_toe import RECIPE
     from ludic_core.vllm.server import VLLMServerConfig, pid_alive
-    from tests.prefect_layer.test_vllm_flow import _servers_of
+    from tests.prefect_layer.test_vllm_flow import _private_copy, _servers_of
 
     run = tmp_path / "run"
     killed: list[int] = []
+    model_dir = _private_copy(format_tuned_model_dir, tmp_path)  # the killer kills every server of it
 
     def killer() -> None:
         deadline = time.time() + 600
         while time.time() < deadline and not killed:
             if (run / "checkpoints" / "step_00000002").is_dir():
-                for pid in _servers_of(Path(format_tuned_model_dir)):
+                for pid in _servers_of(model_dir):
                     os.killpg(pid, signal.SIGKILL)
                     killed.append(pid)
             time.sleep(0.05)
@@ -360,7 +361,7 @@ def test_vllm_server_killed_mid_pipeline_is_restarted_and_the_run_completes(pref
     watcher = threading.Thread(target=killer, daemon=True)
     watcher.start()
     out = pipeline_rl(PipelineRLConfig(
-        model_path=str(format_tuned_model_dir), out_dir=str(run), env=RECIPE.env, agent=RECIPE.agent,
+        model_path=str(model_dir), out_dir=str(run), env=RECIPE.env, agent=RECIPE.agent,
         algorithm=GRPOConfig(group_size=2), requests_per_round=4, actors=1, steps=4, steps_per_stage=4,
         items_per_step=12, eval_episodes=0, inference="vllm",
         trainer=TrainerConfig(lr=1e-4, max_seq_len=512, checkpoint_every=1, max_lag=2),
@@ -373,4 +374,4 @@ def test_vllm_server_killed_mid_pipeline_is_restarted_and_the_run_completes(pref
     assert steps[-1] == 4 and steps.count(1) == 1, steps  # the retry resumed from a checkpoint
     (log,) = (tmp_path / "vllm").glob("server-*.log")  # the restart reuses the port, and appends to its log
     assert log.read_text().count("Application startup complete") == 2
-    assert not _servers_of(Path(format_tuned_model_dir)) and not pid_alive(killed[0])
+    assert not _servers_of(model_dir) and not pid_alive(killed[0])
