@@ -16,8 +16,6 @@ for the accelerator: metrics stay on the device and are read once per step.
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import logging
 import math
 import random
@@ -32,17 +30,17 @@ from ludic_core.batching.collate import MicroBatch, padding_waste
 from ludic_core.batching.saw import SAWBatch, SAWItem, is_stale
 from ludic_core.batching.sources import BatchSource, as_batch_source
 from ludic_core.config import TrainerConfig, check_max_lag
-from ludic_core.device import place_model, resolve_dtype
+from ludic_core.device import resolve_dtype
 from ludic_core.logging.loggers import Logger
-from ludic_core.lora.peft_model import adapter_config, adapter_state_dict, apply_lora, is_lora, merged_state_dict
+from ludic_core.lora.peft_model import adapter_config, adapter_state_dict, is_lora, merged_state_dict
 from ludic_core.losses import LossInputs, is_inert
 from ludic_core.publish.base import PolicyPublisher, as_policy_publisher
 from ludic_core.training import distributed as dist_utils
 from ludic_core.training.checkpoint import load_checkpoint, save_checkpoint
 from ludic_core.training.checkpoint_integrity import candidates
-from ludic_core.training.compiled_layers import compile_layers
 from ludic_core.training.micro_batch_scoring import PackedScoring, PaddedScoring
 from ludic_core.training.micro_batches import MicroBatcher, is_pad, to_device
+from ludic_core.training.model_setup import pad_id, prepare_model
 from ludic_core.training.rollout_reuse import merge_update_metrics, plan_updates
 from ludic_core.training.schedules import lr_multiplier
 from ludic_core.training.scoring import PolicyScorer
@@ -77,30 +75,11 @@ class Trainer:
         ctx: dist_utils.DistContext | None = None,
     ) -> None:
         self.cfg = config
-        self.ctx = ctx or dist_utils.init_distributed(config.device)
-        if config.compile and self.ctx.is_distributed:
-            raise ValueError("trainer.compile runs in one process only: under torchrun (FSDP) leave it off")
         torch.manual_seed(config.seed)
         random.seed(config.seed)
-        # KL-to-reference terms compare with the weights handed in (the run's starting
-        # model: `resume` loads later weights into the policy only), frozen, before LoRA.
-        reference = _frozen_copy(model) if algorithm.requires_reference else None
-        if config.lora is not None:
-            model = apply_lora(model, config.lora)
-        if config.grad_checkpointing:  # transformers >= 5.2x names it activation checkpointing
-            enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
-            enable()
-            model.config.use_cache = False
-        if not self.ctx.is_distributed:  # one process: this is where the model meets its device
-            if ctx is not None:  # the caller resolved the device (run_stage): keep its context as built
-                model = model.to(ctx.device)
-            else:  # `auto` keeps a model the caller already put on a GPU where it is
-                model, device = place_model(model, config.device)
-                self.ctx = dataclasses.replace(self.ctx, device=device)
-        self.model = dist_utils.shard_model(model, self.ctx)
-        self.model.train()
-        if config.compile:
-            compile_layers(self.model)
+        prepared = prepare_model(model, config, ctx or dist_utils.init_distributed(config.device),
+                                 caller_ctx=ctx is not None, keep_reference=algorithm.requires_reference)
+        self.model, self.ctx, reference = prepared
         self.compute_dtype = resolve_dtype(config.dtype, self.ctx.device)
         self.scorer = PolicyScorer(self.model, device_type=self.ctx.device.type, compute_dtype=self.compute_dtype,
                                    chunk_tokens=config.logprob_chunk_tokens)
@@ -117,7 +96,7 @@ class Trainer:
         self.loggers = list(loggers) if self.ctx.is_main else []
         self.eval_hook, self.eval_every = eval_hook, eval_every
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
-        self.pad_id = self._pad_id(model, tokenizer)
+        self.pad_id = pad_id(self.model, tokenizer)
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=config.lr, betas=config.betas,
                                            weight_decay=config.weight_decay)
@@ -149,14 +128,6 @@ class Trainer:
     @publisher.setter
     def publisher(self, publisher: PolicyPublisher | None) -> None:
         self._publisher = None if publisher is None else as_policy_publisher(publisher)
-
-    @staticmethod
-    def _pad_id(model: Any, tokenizer: Any) -> int:
-        for cand in (getattr(tokenizer, "pad_token_id", None), getattr(model.config, "pad_token_id", None),
-                     getattr(tokenizer, "eos_token_id", None)):
-            if cand is not None:
-                return int(cand)
-        return 0
 
     # ---- one optimizer step -------------------------------------------------
     def _filter(self, batch: SAWBatch) -> tuple[list[SAWItem], int]:
@@ -405,10 +376,3 @@ class Trainer:
         for lg in self.loggers:
             lg.close()
 
-
-def _frozen_copy(model: Any) -> Any:
-    """A gradient-free, eval-mode copy of `model` (the KL reference)."""
-    ref = copy.deepcopy(model)
-    ref.eval()
-    ref.requires_grad_(False)
-    return ref
