@@ -4,6 +4,13 @@ Built from rollouts' token traces, never by re-tokenising text: the ids the
 policy actually produced (and their sampling log-probs) are what the loss sees.
 A step's tool-call turns (`info["internal_traces"]`) become items too, with the
 step's weight: they are policy output as much as the final answer.
+
+Each model call after a rollout's first records whether its prompt starts with the
+previous call's prompt + sampled completion ids (`meta["prompt_continues"]`) and, if
+not, the first index where it differs (`meta["prompt_diverges_at"]`): a chat template
+that re-renders the assistant turn (rewrites its tool-call blocks, drops a sampled eos
+for its own end marker) or a context that trims the dialog shows up there, and in the
+batch's count `prompts_not_continuing`. Each item still trains on exactly what was sampled.
 """
 
 from __future__ import annotations
@@ -98,6 +105,18 @@ def _item(trace: TokenTrace, weight: float, meta: dict[str, Any]) -> SAWItem:
     )
 
 
+def _diverges_at(prompt: list[int], previous: list[int]) -> int | None:
+    """None when `prompt` starts with `previous`, else the first index where they differ
+    (`len(prompt)` when the prompt is a proper prefix of `previous`)."""
+    n = len(previous)
+    if len(prompt) >= n and prompt[:n] == previous:
+        return None
+    for i, (a, b) in enumerate(zip(prompt, previous)):
+        if a != b:
+            return i
+    return min(len(prompt), n)
+
+
 def build_saw_batch(
     rollouts: Sequence[Rollout],
     weights: Sequence[Sequence[float]],
@@ -110,14 +129,18 @@ def build_saw_batch(
     `weights[i][j]` is step j of rollouts[i] (a credit assigner's output).
     Items longer than `max_seq_len` raise (default) or are dropped and counted.
     Steps without a trace (text-only clients) are skipped and counted.
+    Items after a rollout's first model call say whether their prompt continues the
+    previous call's prompt + completion (module docstring).
     """
     if len(weights) != len(rollouts):
         raise ValueError(f"got {len(weights)} weight lists for {len(rollouts)} rollouts")
     items: list[SAWItem] = []
-    counts = {"rollouts": len(rollouts), "steps_without_trace": 0, "overlong_dropped": 0}
+    counts = {"rollouts": len(rollouts), "steps_without_trace": 0, "overlong_dropped": 0,
+              "prompts_not_continuing": 0}
     for r, ws in zip(rollouts, weights):
         if len(ws) != len(r.steps):
             raise ValueError(f"rollout {r.id}: {len(ws)} weights for {len(r.steps)} steps")
+        previous: list[int] | None = None  # the rollout's previous model call: prompt + completion ids
         for step, w in zip(r.steps, ws):
             traces = [TokenTrace.from_dict(t) for t in step.info.get("internal_traces", [])]
             traces += [step.trace] if step.trace is not None else []
@@ -129,9 +152,17 @@ def build_saw_batch(
             if temperature is not None:
                 meta["sampling_temperature"] = float(temperature)
             for trace in traces:
+                prompt = trace.prompt_token_ids
+                call_meta = meta
+                if previous is not None:
+                    at = _diverges_at(prompt, previous)
+                    call_meta = {**meta, "prompt_continues": at is None}
+                    if at is not None:
+                        call_meta["prompt_diverges_at"] = at
+                previous = prompt + trace.completion_token_ids
                 if not trace.completion_token_ids:
                     continue
-                item = _item(trace, w, meta)
+                item = _item(trace, w, call_meta)
                 if max_seq_len is not None and len(item) > max_seq_len:
                     if overlong == "error":
                         raise ValueError(
@@ -140,6 +171,7 @@ def build_saw_batch(
                         )
                     counts["overlong_dropped"] += 1
                     continue
+                counts["prompts_not_continuing"] += int(item.meta.get("prompt_continues") is False)
                 items.append(item)
     return SAWBatch(items=items, meta=counts)
 
