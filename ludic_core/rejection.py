@@ -22,12 +22,12 @@ from ludic_core.batching.saw import SAWItem
 from ludic_core.frozen import FrozenModel
 from ludic_core.models.fingerprint import tokenizer_fingerprint
 from ludic_core.saved_dataset import load_saved_dataset
-from ludic_core.types import Rollout
+from ludic_core.types import Rollout, Step, TokenTrace
 
 __all__ = ["KeepRule", "keep_episodes", "rollouts_to_dataset", "save_dataset", "load_saw_items", "load_sft_items"]
 
 COLUMNS = ("messages", "prompt_token_ids", "completion_token_ids", "tokenizer", "completion_text", "reward",
-           "rollout_id", "group_id", "step_index")
+           "rollout_id", "group_id", "step_index", "tools")
 
 
 class KeepRule(FrozenModel):
@@ -71,37 +71,57 @@ def keep_episodes(rollouts: Sequence[Rollout], rule: KeepRule) -> tuple[list[Rol
                 "mean_return": sum(r.total_reward for r in rollouts if not r.failed) / max(n - failed, 1)}
 
 
+def _model_calls(step: Step) -> list[tuple[list[dict] | None, str, TokenTrace | None]]:
+    """(prompt messages, reply text, trace) of every model call of a step, in order: a tool agent's
+    tool-calling turns (`info["internal_calls"]`, `info["internal_traces"]`), then the answer."""
+    internal = list(step.info.get("internal_calls") or [])
+    traces: list[TokenTrace | None] = [TokenTrace.from_dict(t) for t in step.info.get("internal_traces") or []]
+    if not internal:  # an agent that kept only the traces: ids without messages
+        internal = [{} for _ in traces]
+    if len(traces) != len(internal):  # a text-only client: messages without ids
+        traces = [None] * len(internal)
+    calls = [(c.get("prompt_messages"), str(c.get("text") or ""), t) for c, t in zip(internal, traces)]
+    return calls + [(step.info.get("prompt_messages"), step.action, step.trace)]
+
+
 def rollouts_to_dataset(rollouts: Sequence[Rollout], *, tokenizer: str | None = None) -> Any:
-    """One row per model call (unparseable replies are skipped: not worth imitating).
+    """One row per model call (unparseable replies are skipped: not worth imitating); a tool agent's
+    tool-calling turns are rows too, since the student must learn to write them.
 
     `tokenizer`: the fingerprint of the tokenizer the traces' ids came from, when
-    a student may train on them as they are; None stores messages only.
+    a student may train on them as they are; None stores messages only. `tools`
+    names the tools the call was offered ("" for none): their schemas were in its prompt.
     """
     from datasets import Dataset, Features, Sequence as Seq, Value
 
     rows: dict[str, list] = {c: [] for c in COLUMNS}
     for r in rollouts:
         for s in r.steps:
-            prompt = s.info.get("prompt_messages")
-            if s.info.get("parse_error") or (prompt is None and s.trace is None):
+            if s.info.get("parse_error"):
                 continue
-            trace = s.trace if tokenizer is not None and s.trace is not None and s.trace.completion_token_ids else None
-            ids = trace is not None
-            messages = [{"role": m["role"], "content": m.get("content") or ""} for m in prompt or []]
-            rows["messages"].append(messages + [{"role": "assistant", "content": s.action}])
-            rows["prompt_token_ids"].append(list(trace.prompt_token_ids) if trace is not None else [])
-            rows["completion_token_ids"].append(list(trace.completion_token_ids) if trace is not None else [])
-            rows["tokenizer"].append(tokenizer if ids else "")
-            rows["completion_text"].append(s.action)
-            rows["reward"].append(float(r.total_reward))
-            rows["rollout_id"].append(r.id)
-            rows["group_id"].append(str(r.meta.get("group_id") or ""))
-            rows["step_index"].append(int(s.index))
+            tools = ",".join(s.info.get("tools_offered") or ())
+            for prompt, text, trace in _model_calls(s):
+                if prompt is None and trace is None:
+                    continue
+                if tokenizer is None or trace is None or not trace.completion_token_ids:
+                    trace = None
+                messages = [{"role": m["role"], "content": m.get("content") or ""} for m in prompt or []]
+                rows["messages"].append(messages + [{"role": "assistant", "content": text}])
+                rows["prompt_token_ids"].append(list(trace.prompt_token_ids) if trace is not None else [])
+                rows["completion_token_ids"].append(list(trace.completion_token_ids) if trace is not None else [])
+                rows["tokenizer"].append(tokenizer if trace is not None else "")
+                rows["completion_text"].append(text)
+                rows["reward"].append(float(r.total_reward))
+                rows["rollout_id"].append(r.id)
+                rows["group_id"].append(str(r.meta.get("group_id") or ""))
+                rows["step_index"].append(int(s.index))
+                rows["tools"].append(tools)
     features = Features({
         "messages": [{"role": Value("string"), "content": Value("string")}],
         "prompt_token_ids": Seq(Value("int64")), "completion_token_ids": Seq(Value("int64")),
         "tokenizer": Value("string"), "completion_text": Value("string"), "reward": Value("float64"),
         "rollout_id": Value("string"), "group_id": Value("string"), "step_index": Value("int64"),
+        "tools": Value("string"),
     })  # explicit, so an empty result (nothing kept) is still a valid dataset
     return Dataset.from_dict(rows, features=features)
 
@@ -176,4 +196,8 @@ def load_sft_items(path: str | Path, tokenizer: Any, *, use: str = "auto") -> tu
             use = "tokens"  # an id-only dataset (older format): its ids are all there is
     if use == "tokens":
         return _items_from_ids(ds, p, 1.0), use
+    if "tools" in ds.column_names and any(ds["tools"]):
+        raise ValueError(f"dataset at {p} holds tool-using calls (their prompts carried tool schemas and "
+                         "tool-call turns its messages column does not keep); train a student that shares the "
+                         "teacher's tokenizer on the stored ids (use='tokens')")
     return chats_to_items(dataset_chats(ds, p), tokenizer, where=p), use

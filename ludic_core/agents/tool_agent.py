@@ -63,6 +63,7 @@ class ToolAgent(Agent):
             self.tool_schemas.append(schema)
         self.tool_budget_penalty = tool_budget_penalty
         self._model_turn = 0  # makes generated tool_call ids unique within an episode
+        self._calls: list[dict[str, Any]] = []  # this act's model calls: what each saw and wrote
 
     def reset(self, system_prompt: str | None = None) -> None:
         super().reset(system_prompt)
@@ -95,6 +96,7 @@ class ToolAgent(Agent):
         """Shared loop; `max_rounds` counts model turns that made tool calls."""
         traces: list[TokenTrace] = []
         records: list[dict[str, Any]] = []
+        self._calls = []
         calls_left, rounds = max_calls, 0
         while True:
             response = await self._complete(spec, sampling_seed, self.tool_schemas)
@@ -190,6 +192,18 @@ class ToolAgent(Agent):
 
     def _add_tool_result(self, call: ToolCall, content: str) -> None:
         self.context.add({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content})
+
+    async def _complete(self, spec: InferenceSpec, sampling_seed: int | None,
+                        tools: Sequence[dict[str, Any]] | None = None) -> ChatResponse:
+        response = await super()._complete(spec, sampling_seed, tools)
+        self._calls.append({"prompt_messages": self._prompt_messages, "text": response.text})
+        return response
+
+    def _finish(self, response: ChatResponse, traces: list[TokenTrace], info: dict[str, Any]) -> AgentAction:
+        """Also record the act's earlier model calls (what each saw, what it wrote), so that rejection
+        sampling keeps the tool-calling turns as training rows, not only the final answer."""
+        info = {**info, "internal_calls": self._calls[:-1], "tools_offered": list(self.tools)}
+        return super()._finish(response, traces, info)
 
     @staticmethod
     def _loop_info(records: list[dict[str, Any]], rounds: int) -> dict[str, Any]:

@@ -60,7 +60,14 @@ def _mean(total: float, count: int) -> float:
 
 
 def _completion_tokens(r: Rollout) -> int:
-    return sum(len(s.trace.completion_token_ids) for s in r.steps if s.trace is not None)
+    """Every sampled token of the episode: final answers and the tool-calling turns before them."""
+    final = sum(len(s.trace.completion_token_ids) for s in r.steps if s.trace is not None)
+    return final + sum(len(t.get("completion_token_ids") or ()) for s in r.steps
+                       for t in s.info.get("internal_traces") or ())
+
+
+def _tool_calls(r: Rollout) -> list[dict]:
+    return [c for s in r.steps for c in s.info.get("tool_calls") or () if isinstance(c, dict)]
 
 
 def _pass_metrics(
@@ -91,7 +98,9 @@ def episode_metrics(
     return or format, so it is left out of the means; but it is a sample that did
     not succeed, so it stays in pass@k. Returns `episodes`, `failed`,
     `failed_rate`, `mean_return`, `success_rate`, `parse_error_rate` (per step),
-    `mean_turns`, `mean_completion_tokens`, `pass@1` and `pass@{k}`.
+    `mean_turns`, `mean_completion_tokens` (tool-calling turns included), `tool_calls_per_episode`,
+    `tool_errors_per_episode` (calls that could not run or failed: malformed JSON, an unknown tool,
+    bad arguments, a tool that raised), `pass@1` and `pass@{k}`.
     """
     rollouts = list(rollouts)
     if not rollouts:
@@ -109,6 +118,8 @@ def episode_metrics(
         "parse_error_rate": _mean(sum(bool(s.info.get("parse_error")) for s in steps), len(steps)),
         "mean_turns": _mean(len(steps), len(ran)),
         "mean_completion_tokens": _mean(sum(_completion_tokens(r) for r in ran), len(ran)),
+        "tool_calls_per_episode": _mean(sum(len(_tool_calls(r)) for r in ran), len(ran)),
+        "tool_errors_per_episode": _mean(sum(not c.get("ok") for r in ran for c in _tool_calls(r)), len(ran)),
     }
     return out | _pass_metrics(rollouts, k, success_threshold)
 

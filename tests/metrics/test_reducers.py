@@ -91,16 +91,19 @@ def test_pass_at_k_wants_ints():
 def two_groups():
     """Group a: success, parse error, failed. Group b: success (no trace), loss, success.
 
-    a1 return 0 + 1 = 1    turns 2  tokens 3 + 2 = 5
-    a2 return 0            turns 1  tokens 4          1 parse error
+    a1 return 0 + 1 = 1    turns 2  tokens 3 + 2 = 5, and 7 in a tool-calling turn before the first answer;
+                                    two tool calls, one of which failed
+    a2 return 0            turns 1  tokens 4          1 parse error; one tool call, ok
     a3 failed (no steps)
     b1 return .5 + .5 = 1  turns 2  tokens 0 (no trace)
     b2 return -1           turns 1  tokens 1          1 parse error
     b3 return 1            turns 1  tokens 6
     """
     a = [
-        rollout(step(0.0, tokens=3), step(1.0, tokens=2), group_id="a"),
-        rollout(step(0.0, tokens=4, parse_error=True), group_id="a"),
+        rollout(step(0.0, tokens=3, internal_traces=[TokenTrace([0], list(range(7))).to_dict()],
+                     tool_calls=[{"name": "f", "ok": True}, {"name": "f", "ok": False}]),
+                step(1.0, tokens=2), group_id="a"),
+        rollout(step(0.0, tokens=4, parse_error=True, tool_calls=[{"name": "f", "ok": True}]), group_id="a"),
         failed(group_id="a"),
     ]
     b = [
@@ -123,8 +126,11 @@ def test_episode_metrics_every_key_by_hand():
         # steps 2 + 1 + 2 + 1 + 1 = 7, of which 2 failed to parse
         "parse_error_rate": pytest.approx(2 / 7),
         "mean_turns": pytest.approx(7 / 5),
-        # tokens 5 + 4 + 0 + 1 + 6 = 16
-        "mean_completion_tokens": pytest.approx(16 / 5),
+        # tokens (5 + 7) + 4 + 0 + 1 + 6 = 23
+        "mean_completion_tokens": pytest.approx(23 / 5),
+        # calls 2 + 1, one failed, over the 5 episodes that ran
+        "tool_calls_per_episode": pytest.approx(3 / 5),
+        "tool_errors_per_episode": pytest.approx(1 / 5),
         # a: n=3, c=1 (the failed one is a miss) -> 1/3;  b: n=3, c=2 -> 2/3;  mean 1/2
         "pass@1": pytest.approx(0.5),
         # a: 1 - C(2,2)/C(3,2) = 2/3;  b: n-c = 1 < 2 -> 1;  mean 5/6
@@ -175,6 +181,7 @@ def test_success_threshold_and_an_all_failed_batch():
         # nothing ran: means read 0.0, failed_rate says why
         "mean_return": 0.0, "success_rate": 0.0, "parse_error_rate": 0.0,
         "mean_turns": 0.0, "mean_completion_tokens": 0.0, "pass@1": 0.0,
+        "tool_calls_per_episode": 0.0, "tool_errors_per_episode": 0.0,
     }
 
 
