@@ -259,3 +259,34 @@ def test_partial_nested_configs_change_only_what_they_name_as_the_page_says():
         SupervisedFinetuneConfig.model_validate({**base, "steps": 200, "trainer": {"total_steps": 400}})
     text = section(DOCS / "pipelines.md", "Your own values, and why a run failed")
     assert "`trainer: {lr: 0.001}`" in text and "`trainer.total_steps` is `steps`" in text
+
+
+TOOLS = DOCS / "agents-with-tools.md"
+
+
+def test_the_tool_agent_snippet_prints_what_the_page_says(capsys):
+    blocks = re.findall(r"```python\n(.*?)```", section(TOOLS, "Give it to an agent"), re.S)
+    (code,) = [b for b in blocks if "asyncio.run" in b]
+    exec(compile(code, str(TOOLS), "exec"), {"__name__": "docs_snippet"})
+    expected = re.search(r"^# (1776 .*)$", code, re.M).group(1)
+    assert capsys.readouterr().out.strip() == expected
+
+
+def test_the_pages_tool_turns_a_bad_call_into_an_observation(tmp_path, monkeypatch):
+    import asyncio
+
+    from ludic_core.agents.tools import ToolCall, function_schema, run_tool
+
+    (code,) = re.findall(r"```python\n(.*?)```", section(TOOLS, "A tool is a typed, documented function"), re.S)
+    _fresh_package(tmp_path, monkeypatch, {"tools.py": code})
+    from my_pkg.tools import word_count
+
+    schema = function_schema(word_count)["function"]
+    assert schema["parameters"]["properties"]["text"] == {"type": "string",
+                                                          "description": "the text, at most 2000 characters"}
+    tools = {"word_count": word_count}
+    assert asyncio.run(run_tool(tools, ToolCall("c", "word_count", {"text": "a b c"}))) == (True, "3")
+    ok, content = asyncio.run(run_tool(tools, ToolCall("c", "word_count", {"text": "x " * 1500})))
+    assert not ok and "at most 2000 are allowed" in content
+    ok, content = asyncio.run(run_tool(tools, ToolCall("c", "word_count", {"text": 5})))
+    assert not ok and "must be string" in content

@@ -26,8 +26,8 @@ __all__ = [
     "worked_solution",
 ]
 
-Difficulty = Literal["easy", "medium", "hard"]
-_DIFFICULTIES = ("easy", "medium", "hard")
+Difficulty = Literal["easy", "medium", "hard", "mixed"]
+_DIFFICULTIES = ("easy", "medium", "hard", "mixed")
 # No example answer: small models copy "<answer>7</answer>" by induction.
 ARITHMETIC_SYSPROMPT = "Solve the math problem. Give the final number inside answer tags."
 
@@ -130,13 +130,23 @@ def _product_problem(p: _Problem) -> tuple[str, int]:
     return f"{intro} {ask}", start + product
 
 
+def _large_product_problem(p: _Problem) -> tuple[str, int]:
+    """A product of two 2-digit numbers: one line to a calculator, beyond a tiny model's head."""
+    a, b = p.rng.randint(12, 99), p.rng.randint(12, 99)
+    (box, boxes) = p.rng.choice(_CONTAINERS)
+    p.lines.append(f"{a} * {b} = {a * b}")
+    return f"{p.name} buys {a} {boxes} with {b} {p.objs} in each {box}. How many {p.objs} does {p.name} have now?", a * b
+
+
 def generate_arithmetic_problems(
     n: int, seed: int = 0, difficulty: Difficulty = "easy"
 ) -> list[dict]:
     """`n` word problems as {"question", "answer"} dicts, GSM8K format.
 
     easy: one +/- with numbers 1..20; medium: two +/- steps (numbers <= 30);
-    hard: a multiplication and a +/- step. Answers are never negative, and
+    hard: a multiplication and a +/- step; mixed: half easy, half a product of
+    two 2-digit numbers (the tool-use recipe's task: a calculator pays off on
+    exactly the second half). Answers are never negative, and
     the same (n, seed, difficulty) always gives the same list.
     """
     if difficulty not in _DIFFICULTIES:
@@ -151,6 +161,8 @@ def generate_arithmetic_problems(
             question, result = _chain_problem(p, 1, 20)
         elif difficulty == "medium":
             question, result = _chain_problem(p, 2, 30)
+        elif difficulty == "mixed":
+            question, result = _chain_problem(p, 1, 20) if rng.random() < 0.5 else _large_product_problem(p)
         else:
             question, result = _product_problem(p)
         problems.append({"question": question, "answer": p.answer(result)})

@@ -24,15 +24,18 @@ __all__ = ["TinyPreset", "PRESETS", "build_tiny_model", "build_byte_tokenizer", 
 SPECIAL_TOKENS = ("<|pad|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>")
 N_SPECIAL = len(SPECIAL_TOKENS)
 
-# ChatML with OpenAI-style tools rendered into the system turn and tool calls
-# rendered in Hermes format, the same text ToolAgent parses back.
+# ChatML with OpenAI-style tools in the system turn, one line each (name, typed
+# parameters, summary: every byte is a token of a 1024-position model, and the
+# full JSON schema is ~300 of them per tool), and tool calls rendered in Hermes
+# format, the same text ToolAgent parses back.
 CHAT_TEMPLATE = (
     "{% set ns = namespace(skip_first=false) %}"
     "{% if tools %}<|im_start|>system\n"
     "{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}\n"
     "{% set ns.skip_first = true %}{% endif %}"
-    "Tools:{% for t in tools %}{{ '\\n' }}{{ t | tojson }}{% endfor %}{{ '\\n' }}"
-    'Call a tool with <tool_call>{"name": ..., "arguments": {...}}</tool_call>'
+    "Tools:{% for t in tools %}{% set f = t.get('function', t) %}{{ '\\n' }}{{ f.get('name', '') }}("
+    "{% for k, v in (f.get('parameters') or {}).get('properties', {}).items() %}{% if not loop.first %}, {% endif %}"
+    "{{ k }}: {{ v.get('type', 'any') }}{% endfor %}) {{ f.get('description', '') }}{% endfor %}"
     "<|im_end|>\n{% endif %}"
     "{% for m in messages %}"
     "{% if not (loop.first and ns.skip_first) %}"

@@ -54,13 +54,15 @@ class Recipe(FrozenModel):
 
 
 def _recipes() -> dict[str, Recipe]:
-    from ludic_core.recipes import arithmetic, reasoning_gym, textarena, tic_tac_toe
+    from ludic_core.recipes import arithmetic, arithmetic_tools, reasoning_gym, textarena, tic_tac_toe
 
     return {"tic_tac_toe": tic_tac_toe.RECIPE, "arithmetic": arithmetic.RECIPE, "reasoning_gym": reasoning_gym.RECIPE,
-            "textarena": textarena.RECIPE}
+            "textarena": textarena.RECIPE, "arithmetic_tools": arithmetic_tools.RECIPE,
+            "arithmetic_tools_none": arithmetic_tools.NO_TOOLS}
 
 
-RECIPES: tuple[str, ...] = ("tic_tac_toe", "arithmetic", "reasoning_gym", "textarena")
+RECIPES: tuple[str, ...] = ("tic_tac_toe", "arithmetic", "reasoning_gym", "textarena", "arithmetic_tools",
+                            "arithmetic_tools_none")
 
 
 def get_recipe(name: str) -> Recipe:

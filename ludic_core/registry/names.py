@@ -59,12 +59,16 @@ BUNDLED: dict[str, dict[str, str]] = {
         "tic_tac_toe_heuristic": "ludic_core.envs.tic_tac_toe.players:heuristic_teacher",
         "tic_tac_toe_random": "ludic_core.envs.tic_tac_toe.players:random_player",
         "arithmetic_oracle": "ludic_core.envs.arithmetic:arithmetic_oracle",
+        "arithmetic_tool_teacher": "ludic_core.envs.arithmetic_tool_teacher:arithmetic_tool_teacher",
         "code_reference": "ludic_core.envs.code_exec.problems:reference_solver",
         "reasoning_gym_answer": "ludic_core.envs.reasoning_gym.teacher:reasoning_gym_answer",
         "textarena_random": "ludic_core.envs.textarena.players:textarena_random",
         "textarena_tic_tac_toe_minimax": "ludic_core.envs.textarena.players:textarena_tic_tac_toe_minimax",
     },
-    "tool": {},
+    "tool": {
+        "calculator": "ludic_core.tools.calculator:calculator",
+        "python": "ludic_core.tools.python_tool:python",
+    },
     "parser": {
         "identity": "ludic_core.parsers:identity",
         "xml_tag": "ludic_core.parsers:xml_tag_parser",
