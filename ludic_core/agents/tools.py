@@ -142,7 +142,7 @@ def _decode_arguments(raw: Any, name: str) -> tuple[dict[str, Any], str | None]:
     if isinstance(raw, str):
         try:
             raw = json.loads(raw)
-        except json.JSONDecodeError as exc:
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError, a 5000-digit int, '[' * 5000
             return {}, f"Error: malformed JSON in arguments for tool {name!r}: {exc}"
     if not isinstance(raw, dict):
         return {}, f"Error: arguments for tool {name!r} must be a JSON object, got {type(raw).__name__}"
@@ -169,7 +169,7 @@ def _from_hermes(text: str, id_prefix: str) -> list[ToolCall]:
         call_id = f"{id_prefix}{i}"
         try:
             obj = json.loads(block.strip())
-        except json.JSONDecodeError as exc:
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError, a 5000-digit int, '[' * 5000
             err = f"Error: malformed JSON in <tool_call> block: {exc}"
             calls.append(ToolCall(call_id, "unknown", error=err))
             continue

@@ -37,7 +37,7 @@ def _question_and_results(messages: list[Message]) -> tuple[str, list[str]]:
     raise ValueError("arithmetic_tool_teacher: no user message with a question to answer")
 
 
-def arithmetic_tool_teacher(tool_rate: float = 0.5, tool: str = "calculator",
+def arithmetic_tool_teacher(tool_rate: float = 0.25, tool: str = "calculator",
                             show_work: bool = True) -> Callable[..., str]:
     """Scripted teacher for `ArithmeticEnv` with a calculator (registered policy `arithmetic_tool_teacher`).
 

@@ -1,7 +1,7 @@
 """Arithmetic with a calculator: the tool-use recipe.
 
-Half the problems are one +/- of numbers up to 20 (a tiny model learns those in
-its head: the arithmetic recipe scores 0.99 on them), half a product of two
+Half the problems are one +/- of numbers up to 20 (a tiny model can learn those
+in its head: the arithmetic recipe's scores 0.99 on them), half a product of two
 2-digit numbers (it cannot: there a correct answer needs the `calculator` tool).
 The teacher (`arithmetic_tool_teacher`) calls the calculator on a quarter of
 the questions, chosen blind to their difficulty, and works the rest out in its

@@ -42,9 +42,10 @@ def configure_python_tool(*, backend: Backend = "bwrap-cold", concurrency: int =
                           limits: Limits | None = None) -> None:
     """Set the sandbox the `python` tool runs in (closing the current pool; the next call makes one).
 
-    `backend`: "bwrap-cold" (a fresh bubblewrap sandbox per call, the default) or "bwrap" /
-    "bwrap-warm" (a fork server per slot, same isolation per run, as root). `limits`' `output_chars`
-    is raised to `OUTPUT_CHARS + 1` when lower, so a cut output is still marked as cut.
+    `backend`: "bwrap-cold" (a fresh bubblewrap sandbox per call, the default), "bwrap" /
+    "bwrap-warm" (a fork server per slot, same isolation per run, as root) or "docker". `limits`'
+    `output_chars` is always set to what the tool needs to show `OUTPUT_CHARS` characters and see
+    a cut. The tool's description (its docstring) quotes the default limits.
     """
     if backend == "subprocess":
         raise ValueError("the python tool never runs model-written code unsandboxed; use a bubblewrap backend")

@@ -363,3 +363,15 @@ def test_unclosed_block_from_stop_string_and_missing_structured_ids():
     ids = [m["tool_call_id"] for m in msgs if m["role"] == "tool"]
     assert len(set(ids)) == 2
     assert msgs[3]["tool_calls"][0]["id"] == ids[1]  # generated id filled into the backend's entry
+
+
+@pytest.mark.parametrize("text", [
+    "<tool_call>" + "[" * 5000 + "</tool_call>",  # json.loads recurses past the limit
+    '<tool_call>{"name": "f", "arguments": {"x": ' + "9" * 5000 + "}}</tool_call>",  # int past the digit limit
+    '<tool_call>{"name": "f", "arguments": "' + "[" * 5000 + '"}</tool_call>',  # the same, in an arguments string
+])
+def test_hostile_call_json_is_an_error_observation_never_an_exception(text):
+    from ludic_core.agents.tools import extract_tool_calls
+
+    (call,) = extract_tool_calls(ChatResponse(text=text))
+    assert call.error is not None and call.error.startswith("Error: ")

@@ -76,3 +76,28 @@ def test_a_missing_model_directory_is_named(tmp_path):
     for missing in (tmp_path / "ckpt" / "model", "runs/nope/sft/checkpoints/step_00000800/model", "./model"):
         with pytest.raises(FileNotFoundError, match=f"model directory {missing} does not exist"):
             load_model_and_tokenizer(missing)
+
+
+def test_the_chat_template_lists_each_tool_on_one_line():
+    from ludic_core.agents.tools import function_schema
+    from ludic_core.models.tiny import build_byte_tokenizer
+
+    def add(a: int, b: float = 1.0) -> float:
+        """Add two numbers.
+
+        Args:
+            a: the first
+            b: the second
+        """
+        return a + b
+
+    def ping() -> str:
+        """Answer pong."""
+        return "pong"
+
+    tok = build_byte_tokenizer()
+    text = tok.apply_chat_template([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}],
+                                   tools=[function_schema(add), function_schema(ping)], tokenize=False,
+                                   add_generation_prompt=True)
+    assert text == ("<|im_start|>system\nBe brief.\nTools:\nadd(a: integer, b: number) Add two numbers.\n"
+                    "ping() Answer pong.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
