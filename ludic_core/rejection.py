@@ -75,12 +75,15 @@ def _model_calls(step: Step) -> list[tuple[list[dict] | None, str, TokenTrace | 
     """(prompt messages, reply text, trace) of every model call of a step, in order: a tool agent's
     tool-calling turns (`info["internal_calls"]`, `info["internal_traces"]`), then the answer."""
     internal = list(step.info.get("internal_calls") or [])
-    traces: list[TokenTrace | None] = [TokenTrace.from_dict(t) for t in step.info.get("internal_traces") or []]
+    traces = [TokenTrace.from_dict(t) for t in step.info.get("internal_traces") or []]
     if not internal:  # an agent that kept only the traces: ids without messages
-        internal = [{} for _ in traces]
-    if len(traces) != len(internal):  # a text-only client: messages without ids
-        traces = [None] * len(internal)
-    calls = [(c.get("prompt_messages"), str(c.get("text") or ""), t) for c, t in zip(internal, traces)]
+        return [(None, "", t) for t in traces] + [(step.info.get("prompt_messages"), step.action, step.trace)]
+    if sum(bool(c.get("has_ids", True)) for c in internal) != len(traces):
+        raise ValueError(f"step {step.index}: {len(internal)} tool-calling turns recorded with "
+                         f"{len(traces)} token traces; cannot tell which ids belong to which call")
+    pending = iter(traces)
+    calls = [(c.get("prompt_messages"), str(c.get("text") or ""), next(pending) if c.get("has_ids", True) else None)
+             for c in internal]
     return calls + [(step.info.get("prompt_messages"), step.action, step.trace)]
 
 

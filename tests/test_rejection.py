@@ -99,3 +99,25 @@ def test_a_parser_that_refuses_the_teachers_answers_is_named_when_nothing_is_kep
     assert not (tmp_path / "rs" / "dataset").exists()
     done = rejection_sample(client, RECIPE.env, RECIPE.agent, **run)  # the recipe's agent reads its teacher
     assert done["kept"] == 6
+
+
+def _tool_step(calls, traces):
+    info = {"prompt_messages": [{"role": "user", "content": "q"}], "tools_offered": ["calc"],
+            "internal_calls": calls, "internal_traces": [t.to_dict() for t in traces]}
+    return Rollout(steps=[Step(index=0, prev_obs="q", action="<a>5</a>", next_obs=None, reward=1.0, info=info,
+                               trace=TokenTrace(prompt_token_ids=[9], completion_token_ids=[5]))])
+
+
+def test_each_tool_calling_turn_is_a_row_with_its_own_ids():
+    calls = [{"prompt_messages": [{"role": "user", "content": "q"}], "text": "call-1", "has_ids": False},
+             {"prompt_messages": [{"role": "user", "content": "q"}, {"role": "tool", "content": "x"}],
+              "text": "call-2", "has_ids": True}]
+    ds = rollouts_to_dataset([_tool_step(calls, [TokenTrace(prompt_token_ids=[7], completion_token_ids=[2])])],
+                             tokenizer="fp")
+    assert ds["completion_text"] == ["call-1", "call-2", "<a>5</a>"]
+    # the first call carried no ids: its row has none, and the trace goes to the call that made it
+    assert ds["completion_token_ids"] == [[], [2], [5]] and ds["prompt_token_ids"] == [[], [7], [9]]
+    assert ds["tools"] == ["calc"] * 3
+    assert ds[1]["messages"][-2] == {"role": "tool", "content": "x"}
+    with pytest.raises(ValueError, match="2 tool-calling turns recorded with 0 token traces"):
+        rollouts_to_dataset([_tool_step([{**c, "has_ids": True} for c in calls], [])], tokenizer="fp")

@@ -196,7 +196,8 @@ class ToolAgent(Agent):
     async def _complete(self, spec: InferenceSpec, sampling_seed: int | None,
                         tools: Sequence[dict[str, Any]] | None = None) -> ChatResponse:
         response = await super()._complete(spec, sampling_seed, tools)
-        self._calls.append({"prompt_messages": self._prompt_messages, "text": response.text})
+        self._calls.append({"prompt_messages": self._prompt_messages, "text": response.text,
+                            "has_ids": bool(response.completion_token_ids)})
         return response
 
     def _finish(self, response: ChatResponse, traces: list[TokenTrace], info: dict[str, Any]) -> AgentAction:

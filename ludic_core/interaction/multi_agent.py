@@ -120,9 +120,10 @@ class MultiAgentProtocol:
         actions: dict[str, str] = {}
         pending: dict[str, Any] = {}
         for agent_id, act in zip(active, acts):
-            trace = act.traces[-1] if act.traces else None
-            if len(act.traces) > 1:  # tool turns before the final answer are policy output too
-                act.info["internal_traces"] = [t.to_dict() for t in act.traces[:-1]]
+            trace = act.trace  # the final call's, or None when that call carried no ids
+            internal = act.traces[:-1] if trace is not None else act.traces
+            if internal:  # tool turns before the final answer are policy output too
+                act.info["internal_traces"] = [t.to_dict() for t in internal]
             if not act.parse.ok:
                 info = {**act.info, "parse_error": True}
                 col.add_step(agent_id, action=act.text, next_obs=act.parse.obs,
