@@ -59,3 +59,15 @@ def with_environ(entry: str) -> dict[int, str]:
         except (FileNotFoundError, ProcessLookupError, PermissionError):
             continue
     return found
+
+
+def host_processes_with(token: str) -> list[int]:
+    """Host pids whose command line holds `token` (a sandboxed process that escaped its namespace)."""
+    pids = []
+    for cmd in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if token.encode() in cmd.read_bytes():
+                pids.append(int(cmd.parent.name))
+        except OSError:
+            continue
+    return pids

@@ -24,6 +24,7 @@ from ludic_core.registry.names import resolve
 from ludic_core.tools import calculator, configure_python_tool, python
 from ludic_core.tools import python_tool
 from ludic_core.tools.python_tool import OUTPUT_CHARS
+from tests.procs import host_processes_with
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = {"calculator": calculator, "python": python}
@@ -45,17 +46,6 @@ try:
 except (OSError, ValueError) as e:
     print('refused', e)
 """
-
-
-def host_processes_with(token: str) -> list[int]:
-    pids = []
-    for cmd in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if token.encode() in cmd.read_bytes():
-                pids.append(int(cmd.parent.name))
-        except OSError:
-            continue
-    return pids
 
 
 # ---------------------------------------------------------------- registry and schemas

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from ludic_core.envs.code_exec import BwrapSandbox, Limits, SandboxError, SandboxPool, SubprocessSandbox, make_sandbox
+from tests.procs import host_processes_with
 
 LIMITS = Limits(wall_s=4.0, cpu_s=3, memory_mb=512, processes=16, file_mb=8, tmp_mb=32)
 
@@ -22,17 +23,6 @@ def pool(request):
     """Both bubblewrap backends: a warm fork server per slot, and a fresh sandbox per run."""
     with SandboxPool(make_sandbox(request.param), concurrency=2, limits=LIMITS) as p:
         yield p
-
-
-def host_processes_with(token: str) -> list[int]:
-    pids = []
-    for cmd in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if token.encode() in cmd.read_bytes():
-                pids.append(int(cmd.parent.name))
-        except OSError:
-            continue
-    return pids
 
 
 def still_serves(pool) -> None:
