@@ -36,6 +36,7 @@ from ludic_core.algorithms.custom import CustomConfig
 from ludic_core.algorithms.dynamic_sampling import DynamicSampling
 from ludic_core.algorithms.grpo import GRPOConfig, make_grpo
 from ludic_core.algorithms.gspo import GSPOConfig, make_gspo
+from ludic_core.algorithms.on_policy_distill import DistillTeacher, OnPolicyDistillConfig, make_on_policy_distill
 from ludic_core.algorithms.reinforce import ReinforceConfig, make_reinforce
 from ludic_core.algorithms.reinforce_baseline import ReinforceBaselineConfig, make_reinforce_baseline
 from ludic_core.algorithms.reuse import RolloutReuse
@@ -48,10 +49,12 @@ __all__ = [
     "AlgorithmConfig",
     "CISPOConfig",
     "CustomConfig",
+    "DistillTeacher",
     "DynamicSampling",
     "GRPOConfig",
     "GSPOConfig",
     "GroupAlgorithmBase",
+    "OnPolicyDistillConfig",
     "RLAlgorithm",
     "ReinforceBaselineConfig",
     "ReinforceConfig",
@@ -64,6 +67,7 @@ __all__ = [
     "make_cispo",
     "make_grpo",
     "make_gspo",
+    "make_on_policy_distill",
     "make_reinforce",
     "make_reinforce_baseline",
     "make_scalerl",

@@ -20,6 +20,7 @@ from ludic_core.credit import CreditAssigner, RolloutFilter
 from ludic_core.frozen import FrozenModel
 
 if TYPE_CHECKING:
+    from ludic_core.algorithms.on_policy_distill import DistillTeacher
     from ludic_core.losses import Loss
 
 __all__ = ["AlgorithmBase", "GroupAlgorithmBase", "preset"]
@@ -43,6 +44,10 @@ class AlgorithmBase(FrozenModel):
     def rollout_reuse(self) -> RolloutReuse:
         """Optimiser updates per generated batch: 1 x 1 unless the config says otherwise."""
         return RolloutReuse()
+
+    def teacher_spec(self) -> DistillTeacher | None:
+        """The distillation teacher the trainer must score items with: None unless the algorithm has one."""
+        return None
 
 
 class GroupAlgorithmBase(AlgorithmBase):

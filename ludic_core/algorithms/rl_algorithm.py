@@ -15,7 +15,7 @@ from ludic_core import losses
 from ludic_core.algorithms.reuse import RolloutReuse
 from ludic_core.batching.saw import SAWBatch, build_saw_batch
 from ludic_core.credit import CreditAssigner, RolloutFilter
-from ludic_core.losses.flags import wants_reference
+from ludic_core.losses.flags import wants_reference, wants_teacher
 from ludic_core.rollout.strategies import GRPORequestStrategy, IdentityStrategy, RequestStrategy
 from ludic_core.types import Rollout
 
@@ -61,6 +61,11 @@ class RLAlgorithm:
     def requires_reference(self) -> bool:
         """Whether the trainer must keep a frozen copy of the starting model (a KL-to-reference term)."""
         return wants_reference(self.loss)
+
+    @property
+    def requires_teacher(self) -> bool:
+        """Whether the trainer must score every item with a distillation teacher (`Trainer(teacher=...)`)."""
+        return wants_teacher(self.loss)
 
     def request_strategy(self, seed: int | None = None) -> RequestStrategy:
         """How requests become episodes: `group_size` samples of each prompt sharing a group

@@ -33,6 +33,8 @@ class MicroBatch:
     temperatures: torch.Tensor | None = None
     # set by `pack_micro_batches`: the rows the model runs, items end to end
     packed: "PackedRows | None" = None
+    # [B, T] a distillation teacher's log-probs, aligned like actor_logprobs (None: no teacher)
+    teacher_logprobs: torch.Tensor | None = None
 
     @property
     def real_tokens(self) -> int:
@@ -65,7 +67,14 @@ def _pack(items: Sequence[SAWItem], pad_id: int) -> MicroBatch:
             lps[row, :k] = torch.tensor(it.actor_logprobs, dtype=torch.float32)
     weights = torch.tensor([it.weight for it in items], dtype=torch.float32)
     temps = torch.tensor([_temperature(it.meta) for it in items], dtype=torch.float32)
-    return MicroBatch(ids, attn, act, lps, weights, [it.meta for it in items], temps)
+    teacher = None
+    if any(it.teacher_logprobs is not None for it in items):
+        teacher = torch.zeros((n, width), dtype=torch.float32)
+        for row, it in enumerate(items):
+            if it.teacher_logprobs is None:
+                raise ValueError(f"item {it.meta} has no teacher log-probs beside items that have them")
+            teacher[row, :len(it)] = torch.tensor(it.teacher_logprobs, dtype=torch.float32)
+    return MicroBatch(ids, attn, act, lps, weights, [it.meta for it in items], temps, teacher_logprobs=teacher)
 
 
 def _temperature(meta: dict[str, Any]) -> float:

@@ -32,6 +32,8 @@ class SAWItem:
     weight: float  # the credit (advantage) of this model call
     meta: dict[str, Any] = field(default_factory=dict)  # rollout_id, step_index, group_id, policy_version
     actor_logprobs: list[float] | None = None  # aligned with input_ids, 0.0 off-action
+    # a distillation teacher's log-probs of the same tokens, aligned likewise (set by the trainer)
+    teacher_logprobs: list[float] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.input_ids)
@@ -42,6 +44,8 @@ class SAWItem:
             )
         if self.actor_logprobs is not None and len(self.actor_logprobs) != n:
             raise ValueError(f"SAWItem actor_logprobs has {len(self.actor_logprobs)} entries for {n} tokens")
+        if self.teacher_logprobs is not None and len(self.teacher_logprobs) != n:
+            raise ValueError(f"SAWItem teacher_logprobs has {len(self.teacher_logprobs)} entries for {n} tokens")
         if not math.isfinite(self.weight):
             raise ValueError(f"SAWItem weight must be finite, got {self.weight!r} ({self.meta})")
 
@@ -60,6 +64,7 @@ class SAWItem:
             "weight": self.weight,
             "meta": self.meta,
             "actor_logprobs": self.actor_logprobs,
+            **({"teacher_logprobs": self.teacher_logprobs} if self.teacher_logprobs is not None else {}),
         }
 
     @classmethod
@@ -74,6 +79,8 @@ class SAWItem:
             weight=float(data["weight"]),
             meta=dict(data.get("meta") or {}),
             actor_logprobs=None if data.get("actor_logprobs") is None else [float(x) for x in data["actor_logprobs"]],
+            teacher_logprobs=(None if data.get("teacher_logprobs") is None
+                              else [float(x) for x in data["teacher_logprobs"]]),
         )
 
 

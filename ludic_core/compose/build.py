@@ -8,6 +8,7 @@ it, before any model call.
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ludic_core.agents import Agent, ToolAgent
@@ -65,8 +66,15 @@ def check_env(cfg: EnvConfig) -> None:
 
 def check_algorithm(cfg: AlgorithmConfig) -> None:
     """Build the algorithm once, so a custom one's credit and loss resolve, pass their kind
-    checks and take their kwargs when a flow starts, not in its first training stage."""
+    checks and take their kwargs when a flow starts, not in its first training stage; a
+    distillation teacher's model dir must exist (a server is checked when the stage starts)."""
     cfg.build()
+    teacher = cfg.teacher_spec()
+    if teacher is not None and teacher.model_path is not None:
+        path = Path(teacher.model_path)
+        if not ((path / "config.json").is_file() or (path / "adapter_config.json").is_file()):
+            raise FileNotFoundError(f"algorithm.teacher.model_path: {teacher.model_path!r} is not a model directory "
+                                    "(no config.json in it)")
 
 
 def check_agent(cfg: AgentConfig) -> None:

@@ -26,11 +26,13 @@ if TYPE_CHECKING:
         masked_reference_log_ratio,
         reduce_tokens,
         sequence_advantages,
+        wants_teacher,
     )
     from ludic_core.losses.cispo import CISPOLoss
     from ludic_core.losses.clipped_surrogate import ClippedSurrogateLoss
     from ludic_core.losses.composite import CompositeLoss
     from ludic_core.losses.cross_entropy import MaskedCrossEntropyLoss
+    from ludic_core.losses.distillation import OnPolicyDistillLoss, distillation_advantages
     from ludic_core.losses.entropy import EntropyBonus, token_entropy
     from ludic_core.losses.gspo import GSPOLoss
     from ludic_core.losses.kl import TokenKLLoss
@@ -53,15 +55,18 @@ __all__ = [
     "masked_reference_log_ratio",
     "masked_mean",
     "sequence_advantages",
+    "wants_teacher",
     "CISPOLoss",
     "ClippedSurrogateLoss",
     "CompositeLoss",
     "EntropyBonus",
     "GSPOLoss",
     "MaskedCrossEntropyLoss",
+    "OnPolicyDistillLoss",
     "ReinforceBaselineLoss",
     "ReinforceLoss",
     "TokenKLLoss",
+    "distillation_advantages",
     "linear_token_logprobs",
     "token_entropy",
     "token_logprobs",
@@ -70,7 +75,7 @@ __all__ = [
 _SOURCE = {
     **dict.fromkeys(["Loss", "LossInputs", "LossOutputs", "Reduction", "declared", "is_inert", "masked_extreme",
                      "reduce_tokens", "check_inputs", "masked_log_ratio", "masked_reference_log_ratio", "masked_mean",
-                     "sequence_advantages"], "base"),
+                     "sequence_advantages", "wants_teacher"], "base"),
     "CISPOLoss": "cispo",
     "ClippedSurrogateLoss": "clipped_surrogate",
     "CompositeLoss": "composite",
@@ -78,6 +83,8 @@ _SOURCE = {
     "token_entropy": "entropy",
     "GSPOLoss": "gspo",
     "MaskedCrossEntropyLoss": "cross_entropy",
+    "OnPolicyDistillLoss": "distillation",
+    "distillation_advantages": "distillation",
     "ReinforceBaselineLoss": "reinforce_baseline",
     "ReinforceLoss": "reinforce",
     "TokenKLLoss": "kl",

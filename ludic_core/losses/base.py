@@ -18,7 +18,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 import torch
 
-from ludic_core.losses.flags import declared, is_inert, wants_reference
+from ludic_core.losses.flags import declared, is_inert, wants_reference, wants_teacher
 
 __all__ = ["LossInputs", "LossOutputs", "Loss", "Reduction", "reduce_tokens"]
 
@@ -39,6 +39,7 @@ class LossInputs:
     entropy: torch.Tensor | None = None  # [B, T] token entropy, when a term needs it
     batch_mean_advantage: float = 0.0  # mean SAWItem.weight over the whole optimizer step
     ref_logprobs: torch.Tensor | None = None  # [B, T] under the frozen reference model, when a term needs it
+    teacher_logprobs: torch.Tensor | None = None  # [B, T] under a distillation teacher, when a term needs it
 
 
 @dataclass
@@ -69,6 +70,9 @@ class Loss(Protocol):
     # copy of the starting model and fill `inputs.ref_logprobs` (read with
     # `wants_reference`: undeclared means False; a loss that forgets it fails
     # loudly in `masked_reference_log_ratio`).
+    # Optional: `needs_teacher_logprobs = True` makes the trainer score every item with the
+    # distillation teacher it was given (`Trainer(teacher=...)`) and fill `inputs.teacher_logprobs`
+    # (read with `wants_teacher`; undeclared means False).
     # Optional: `inert_at_zero_advantage = True` promises that an item whose
     # advantage is exactly 0 adds exactly 0 to the loss and its gradient, given the
     # step totals (`num_tokens`, `num_sequences`, `batch_mean_advantage`) that still
@@ -97,7 +101,7 @@ def reduce_tokens(values: torch.Tensor, inputs: LossInputs, reduction: Reduction
 # --- helpers shared by the loss terms (appended; the contract above is fixed) ---
 
 __all__ += ["check_inputs", "masked_mean", "masked_log_ratio", "masked_reference_log_ratio", "sequence_advantages",
-            "declared", "is_inert", "wants_reference", "masked_extreme"]
+            "declared", "is_inert", "wants_reference", "wants_teacher", "masked_extreme"]
 
 
 def check_inputs(inputs: LossInputs) -> None:
@@ -106,7 +110,7 @@ def check_inputs(inputs: LossInputs) -> None:
     shape = tuple(inputs.logprobs.shape)
     if len(shape) != 2:
         raise ValueError(f"logprobs must be [B, T], got {shape}")
-    optional = tuple(n for n in ("entropy", "ref_logprobs") if getattr(inputs, n) is not None)
+    optional = tuple(n for n in ("entropy", "ref_logprobs", "teacher_logprobs") if getattr(inputs, n) is not None)
     for name in ("old_logprobs", "mask") + optional:
         other = tuple(getattr(inputs, name).shape)
         if other != shape:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ludic_core.losses.base import Loss, LossInputs, LossOutputs, declared, is_inert, wants_reference
+from ludic_core.losses.base import Loss, LossInputs, LossOutputs, declared, is_inert, wants_reference, wants_teacher
 
 __all__ = ["CompositeLoss"]
 
@@ -21,8 +21,8 @@ class CompositeLoss:
     """loss = sum(weight * term(inputs).loss) over `terms` = [(name, loss, weight)].
 
     Metrics: every term's metric as "<name>/<metric>" plus "<name>/loss" (the
-    term's unweighted loss). `needs_entropy`, `needs_actor_logprobs` and
-    `needs_reference_logprobs` are true if any term needs it;
+    term's unweighted loss). `needs_entropy`, `needs_actor_logprobs`,
+    `needs_reference_logprobs` and `needs_teacher_logprobs` are true if any term needs it;
     `inert_at_zero_advantage` only if every term is (a KL or entropy term is not).
     """
 
@@ -30,6 +30,7 @@ class CompositeLoss:
     needs_entropy: bool = field(init=False)
     needs_actor_logprobs: bool = field(init=False)
     needs_reference_logprobs: bool = field(init=False)
+    needs_teacher_logprobs: bool = field(init=False)
     inert_at_zero_advantage: bool = field(init=False)
 
     def __post_init__(self) -> None:
@@ -42,6 +43,7 @@ class CompositeLoss:
         self.needs_entropy = any(declared(term, "needs_entropy") for _, term, _ in self.terms)
         self.needs_actor_logprobs = any(declared(term, "needs_actor_logprobs") for _, term, _ in self.terms)
         self.needs_reference_logprobs = any(wants_reference(term) for _, term, _ in self.terms)
+        self.needs_teacher_logprobs = any(wants_teacher(term) for _, term, _ in self.terms)
         self.inert_at_zero_advantage = all(is_inert(term) for _, term, _ in self.terms)
 
     def __call__(self, inputs: LossInputs) -> LossOutputs:

@@ -2,16 +2,16 @@
 
 `Loss` (losses/base.py) requires `needs_entropy` and `needs_actor_logprobs`
 (`declared` refuses a loss that leaves one out: guessing False for a ratio loss
-would silently compare its log-probs against zeros). Two flags are optional,
-and undeclared means False: `inert_at_zero_advantage` (`is_inert`) and
-`needs_reference_logprobs` (`wants_reference`). They are plain attributes, not
+would silently compare its log-probs against zeros). Three flags are optional,
+and undeclared means False: `inert_at_zero_advantage` (`is_inert`),
+`needs_reference_logprobs` (`wants_reference`) and `needs_teacher_logprobs` (`wants_teacher`). They are plain attributes, not
 methods, so a user's loss stays a dataclass with a `__call__`; reading them
 here, not at each use, keeps one default for each.
 """
 
 from __future__ import annotations
 
-__all__ = ["declared", "is_inert", "wants_reference"]
+__all__ = ["declared", "is_inert", "wants_reference", "wants_teacher"]
 
 
 def declared(loss: object, flag: str) -> bool:
@@ -35,3 +35,9 @@ def wants_reference(loss: object) -> bool:
     """Whether `loss` declares `needs_reference_logprobs = True` (see `Loss`); undeclared
     reads as False: the loss then gets no `ref_logprobs`."""
     return bool(getattr(loss, "needs_reference_logprobs", False))
+
+
+def wants_teacher(loss: object) -> bool:
+    """Whether `loss` declares `needs_teacher_logprobs = True` (on-policy distillation); undeclared
+    reads as False: the loss then gets no `teacher_logprobs`."""
+    return bool(getattr(loss, "needs_teacher_logprobs", False))

@@ -66,6 +66,7 @@ def run_stage(spec: StageSpec, *, loggers: list | None = None) -> dict[str, Any]
     else:
         publisher = publisher_only(spec)
     all_loggers = _loggers(spec, ctx.is_main, loggers)
+    teacher: Any = None
     try:
         if isinstance(spec.data, StreamData) and ctx.world_size > 1:
             from ludic_core.training.broadcast import BroadcastSource  # one reader: rank 0 (torch: deferred)
@@ -73,8 +74,13 @@ def run_stage(spec: StageSpec, *, loggers: list | None = None) -> dict[str, Any]
             source: Any = BroadcastSource(batch_source(spec, algorithm, tok, client) if ctx.is_main else None, ctx)
         else:
             source = batch_source(spec, algorithm, tok, client)
-        trainer = Trainer(model, algorithm, source, spec.trainer, tokenizer=tok,
-                          publisher=publisher, loggers=all_loggers, checkpoint_dir=spec.checkpoint_dir, ctx=ctx)
+        teacher_spec = spec.algorithm.teacher_spec()
+        if teacher_spec is not None:
+            from ludic_core.training.teacher import build_teacher
+
+            teacher = build_teacher(teacher_spec, tok, device=ctx.device)
+        trainer = Trainer(model, algorithm, source, spec.trainer, tokenizer=tok, publisher=publisher,
+                          loggers=all_loggers, checkpoint_dir=spec.checkpoint_dir, ctx=ctx, teacher=teacher)
         if hasattr(source, "trainer_version"):  # a stream source drops items by the trainer's version
             source.trainer_version = lambda: trainer.policy_version
         try:
@@ -91,6 +97,8 @@ def run_stage(spec: StageSpec, *, loggers: list | None = None) -> dict[str, Any]
         # a failed stage must not leak the weight-transfer group into the retry
         if publisher is not None:
             publisher.close()
+        if hasattr(teacher, "close"):  # a server teacher's connections
+            teacher.close()
     last = history[-1] if history else {}
     return {"checkpoint": str(path), "model_path": str(path / "model"), "step": trainer.step,
             "resumed_from": resumed_from, "steps_run": len(history), "world_size": ctx.world_size,

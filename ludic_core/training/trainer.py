@@ -45,6 +45,7 @@ from ludic_core.training.rollout_reuse import merge_update_metrics, plan_updates
 from ludic_core.training.schedules import lr_multiplier
 from ludic_core.training.scoring import PolicyScorer
 from ludic_core.training.step_metrics import StepMetrics
+from ludic_core.training.teacher import Teacher, with_teacher_logprobs
 
 __all__ = ["Trainer"]
 
@@ -57,7 +58,9 @@ class Trainer:
     objects with the required methods of `BatchSource` / `PolicyPublisher`: hooks they lack
     take the Protocols' defaults (`as_batch_source`, `as_policy_publisher`), and a missing
     required method is a TypeError naming it. `source=None` builds a trainer that only
-    scores or publishes (reading a batch is then a ValueError)."""
+    scores or publishes (reading a batch is then a ValueError). `teacher` scores every item for
+    a loss that reads a distillation teacher's log-probs (`training/teacher.py`), once per
+    train step, whatever the rollout reuse."""
 
     def __init__(
         self,
@@ -73,7 +76,12 @@ class Trainer:
         eval_every: int | None = None,
         checkpoint_dir: str | Path | None = None,
         ctx: dist_utils.DistContext | None = None,
+        teacher: Teacher | None = None,
     ) -> None:
+        if algorithm.requires_teacher and teacher is None:
+            raise ValueError(f"{algorithm.name} scores every item with a distillation teacher: pass "
+                             "Trainer(teacher=...) (training/teacher.py builds one from the algorithm's teacher)")
+        self.teacher = teacher if algorithm.requires_teacher else None
         self.cfg = config
         torch.manual_seed(config.seed)
         random.seed(config.seed)
@@ -195,6 +203,8 @@ class Trainer:
             num_sequences=totals["sequences"],
             entropy=entropy,
             batch_mean_advantage=totals["mean_weight"],
+            teacher_logprobs=(None if mb.teacher_logprobs is None
+                              else to_device(mb.teacher_logprobs[:, start + 1:], device)),
         )
         if self.ref_scorer is not None:
             with torch.no_grad():
@@ -215,6 +225,9 @@ class Trainer:
     def _train_on(self, batch: SAWBatch, t0: float) -> dict[str, float]:
         """One train step: the batch's optimiser updates (`reuse`), the LR schedule, publishing, ..."""
         items, stale = self._filter(batch)
+        teacher_metrics: dict[str, float] = {}
+        if self.teacher is not None:  # once per step: every update of the batch reads the same scores
+            items, teacher_metrics = with_teacher_logprobs(self.teacher, items)
         plan = plan_updates(items, [i.meta.get("group_id") for i in items], mini_batches=self.reuse.mini_batches,
                             epochs=self.reuse.epochs, seed=self.cfg.seed * 1_000_003 + self.step) or [[]]
         self._shared_positions, mbs, per_update = 0, [], []
@@ -227,7 +240,8 @@ class Trainer:
         self.scheduler.step()
         self.step += 1
         skipped = {k: v / self.reuse.epochs for k, v in skipped.items()}  # each epoch passes over every item once
-        return self._after_step(batch, items, mbs, stale, skipped, merge_update_metrics(per_update), t0)
+        return self._after_step(batch, items, mbs, stale, skipped,
+                                {**merge_update_metrics(per_update), **teacher_metrics}, t0)
 
     def _update(self, items: list[SAWItem]) -> tuple[list[MicroBatch], dict[str, float], dict[str, float]]:
         """One optimiser update on `items`: the loss is normalised by their own totals."""

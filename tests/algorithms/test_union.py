@@ -13,7 +13,9 @@ import ludic_core.algorithms as algorithms
 from ludic_core.algorithms import algorithm_configs, make_grpo, make_reinforce
 from ludic_core.config import AlgorithmConfig, group_size_of, reuse_of
 
-BUNDLED = {"cispo", "custom", "grpo", "gspo", "reinforce", "reinforce_baseline", "scalerl", "sft"}
+BUNDLED = {"cispo", "custom", "grpo", "gspo", "on_policy_distill", "reinforce", "reinforce_baseline", "scalerl", "sft"}
+REQUIRED = {"custom": {"credit": "constant", "loss": "reinforce"},  # what a config cannot default
+            "on_policy_distill": {"teacher": {"model_path": "runs/models/teacher"}}}
 
 NEW_MODULE = '''
 from typing import Literal
@@ -38,8 +40,7 @@ def test_each_module_holds_one_algorithm_named_after_it():
     assert {c.model_fields["type"].default for c in configs} == BUNDLED
     assert {c.__module__ for c in configs} == {f"ludic_core.algorithms.{t}" for t in BUNDLED}
     flow_union = TypeAdapter(AlgorithmConfig)
-    assert {type(flow_union.validate_python({"type": t, "credit": "constant", "loss": "reinforce"}
-                                            if t == "custom" else {"type": t})) for t in BUNDLED} == set(configs)
+    assert {type(flow_union.validate_python({"type": t, **REQUIRED.get(t, {})})) for t in BUNDLED} == set(configs)
 
 
 def test_a_new_module_is_a_new_algorithm(tmp_path, monkeypatch):
@@ -59,7 +60,8 @@ def test_a_new_module_is_a_new_algorithm(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("cls", algorithm_configs(), ids=lambda c: c.model_fields["type"].default)
 def test_every_config_builds_its_algorithm(cls):
-    fields = {"credit": "group_norm", "loss": "clipped_surrogate"} if cls is algorithms.CustomConfig else {}
+    fields = ({"credit": "group_norm", "loss": "clipped_surrogate"} if cls is algorithms.CustomConfig
+              else REQUIRED.get(cls.model_fields["type"].default, {}))
     grouped = "group_size" in cls.model_fields
     cfg = cls(**fields, **({"group_size": 4} if grouped else {}))
     built = cfg.build()

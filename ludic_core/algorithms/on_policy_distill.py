@@ -1,0 +1,96 @@
+"""On-policy distillation: the student samples, a teacher scores every token it wrote.
+
+Each sampled token's credit is the teacher's log-prob of it minus the sampler's
+(the negative per-token reverse KL; `losses/distillation.py`), optionally plus
+the env's reward as ordinary credit (`reward_coef`: group-normalised when the
+config has groups, the episode return otherwise). Unlike SFT on a teacher's
+samples it trains in the states the student itself reaches, mistakes included,
+and every token gets its own signal instead of one reward per episode.
+
+The teacher is a model dir scored in-process or a vLLM server (prompt
+log-probs over the student's ids); either must share the student's tokenizer
+(`training/teacher.py` refuses another, naming it). The trainer scores each train
+step's items once, before its updates, and logs `teacher_seconds`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from ludic_core import losses
+from ludic_core.algorithms.base import AlgorithmBase, preset
+from ludic_core.algorithms.reuse import RolloutReuse
+from ludic_core.algorithms.rl_algorithm import RLAlgorithm
+from ludic_core.bounds import MAX_GROUP, bounded
+from ludic_core.credit import ConstantCredit, CreditAssigner, EpisodicReturn, GroupNormalizedReturn
+from ludic_core.frozen import FrozenModel
+
+__all__ = ["DistillTeacher", "OnPolicyDistillConfig", "make_on_policy_distill"]
+
+
+class DistillTeacher(FrozenModel):
+    """Where the teacher's log-probs come from: exactly one of `model_path` and `base_url`."""
+
+    model_path: str | None = Field(None, description="a model dir, scored in the trainer's process")
+    base_url: str | None = Field(None, description="a vLLM server's OpenAI root (http://host:port/v1): prompt "
+                                                   "log-probs over the student's ids")
+    served_model: str | None = Field(None, description="the model's name on that server (None: its only one)")
+    api_key: str | None = Field(None, description="that server's API key")
+    concurrency: int = bounded(8, ge=1, le=256, description="requests in flight to the server")
+    token_budget: int = bounded(16_384, ge=1, le=1 << 24,
+                                description="padded tokens per forward of an in-process teacher")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DistillTeacher:
+        if (self.model_path is None) == (self.base_url is None):
+            raise ValueError("a distillation teacher is a model dir (model_path) or a vLLM server (base_url): "
+                             f"give exactly one, got model_path={self.model_path!r}, base_url={self.base_url!r}")
+        return self
+
+
+class OnPolicyDistillConfig(AlgorithmBase):
+    """Per-token reverse-KL credit from a teacher on the student's own samples (+ env reward)."""
+
+    type: Literal["on_policy_distill"] = "on_policy_distill"
+    teacher: DistillTeacher = Field(description="the teacher: a model dir or a vLLM server, same tokenizer")
+    teacher_coef: float = Field(1.0, ge=0.0, description="weight of the teacher's per-token log-ratio")
+    reward_coef: float = Field(0.0, ge=0.0, description="weight of the env's reward as credit (0 = pure "
+                                                        "distillation)")
+    group_size: int | None = bounded(None, ge=2, le=MAX_GROUP,
+                                     description="None: one sample per prompt; else groups, and the reward "
+                                                 "credit is group-normalised")
+    clip_low: float = Field(0.2, ge=0.0, lt=1.0)
+    clip_high: float = Field(0.2, ge=0.0)
+    reuse: RolloutReuse = Field(RolloutReuse(), description="optimiser updates per generated batch: mini_batches x "
+                                                            "epochs (default 1 x 1)")
+
+    @model_validator(mode="after")
+    def _some_signal(self) -> OnPolicyDistillConfig:
+        if self.teacher_coef == 0.0 and self.reward_coef == 0.0:
+            raise ValueError("teacher_coef and reward_coef are both 0: nothing to learn from")
+        return self
+
+    def samples_per_prompt(self) -> int:
+        return self.group_size or 1
+
+    def rollout_reuse(self) -> RolloutReuse:
+        return self.reuse
+
+    def teacher_spec(self) -> DistillTeacher:
+        return self.teacher
+
+    def build(self) -> RLAlgorithm:
+        loss = losses.OnPolicyDistillLoss(self.teacher_coef, self.reward_coef, self.clip_low, self.clip_high)
+        return RLAlgorithm(self.type, self._credit(), loss, reuse=self.reuse, group_size=self.group_size or 1)
+
+    def _credit(self) -> CreditAssigner:
+        if self.reward_coef == 0.0:
+            return ConstantCredit(0.0)  # the loss reads the teacher alone
+        if self.group_size:
+            return GroupNormalizedReturn(expected_group_size=self.group_size)
+        return EpisodicReturn()
+
+
+make_on_policy_distill = preset(OnPolicyDistillConfig)

@@ -1,0 +1,86 @@
+"""A vLLM server as the distillation teacher: prompt log-probs over the student's own ids.
+
+The server is this module's own, started without LoRA serving: vLLM 0.32's CPU build fails its
+engine (an einsum shape error in the LoRA logits path) when a server with LoRA slots computes
+prompt log-probs, and the session's shared server has them. Heavy: that start costs about a minute.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from ludic_core.inference.errors import InferenceServerError
+from ludic_core.models import build_byte_tokenizer
+from ludic_core.training.teacher import ModelTeacher
+from ludic_core.vllm.teacher import VLLMTeacher
+
+pytestmark = [pytest.mark.vllm, pytest.mark.heavy]
+
+
+@pytest.fixture(scope="module")
+def teacher_server(tiny_model_dir, tmp_path_factory):
+    """`ludic serve --model DIR` (no LoRA), stopped by SIGTERM at the module's end."""
+    from ludic_core.ports import free_port
+
+    key, port = secrets.token_urlsafe(16), free_port()
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", "serve", "--model", str(tiny_model_dir), "--port", str(port),
+         "--log-dir", str(tmp_path_factory.mktemp("teacher-vllm-logs"))],
+        env={**os.environ, "LUDIC_VLLM_API_KEY": key}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = []
+    for line in cli.stdout:
+        if line.startswith("{"):
+            break
+        seen.append(line)
+    else:
+        cli.kill()
+        pytest.fail("`ludic serve` did not start:\n" + "".join(seen)[-3000:])
+    yield SimpleNamespace(**json.loads(line), api_key=key)
+    cli.send_signal(signal.SIGTERM)
+    cli.wait(timeout=60)
+
+
+def test_the_server_scores_the_tokens_as_the_in_process_teacher_does(teacher_server, tiny_model_and_tokenizer,
+                                                                    sft_items):
+    model, tok = tiny_model_and_tokenizer  # the model the server serves
+    teacher = VLLMTeacher(teacher_server.base_url, api_key=teacher_server.api_key, concurrency=4)
+    try:
+        teacher.check_tokenizer(tok)
+        items = sft_items[:6]
+        remote, local = teacher.score(items), ModelTeacher(model, pad_id=tok.pad_token_id).score(items)
+    finally:
+        teacher.close()
+    worst = 0.0
+    for item, r, lo in zip(items, remote, local):
+        assert len(r) == len(item.input_ids)
+        assert [v == 0.0 for v in r] == [not m or k == 0 for k, m in enumerate(item.action_mask)]
+        worst = max(worst, max(abs(a - b) for a, b in zip(r, lo)))
+    print(f"\nmax |vLLM prompt log-prob - in-process| = {worst:.2e}")
+    assert worst < 2e-2
+
+
+def test_a_server_with_another_tokenizer_is_refused(teacher_server):
+    other = build_byte_tokenizer()
+    other.add_tokens(["calculator"])  # one more entry: the probe's ids differ
+    teacher = VLLMTeacher(teacher_server.base_url, api_key=teacher_server.api_key)
+    try:
+        with pytest.raises(ValueError, match="has another tokenizer than the student"):
+            teacher.check_tokenizer(other)
+    finally:
+        teacher.close()
+
+
+def test_a_wrong_key_or_base_url_is_named():
+    with pytest.raises(ValueError, match="ending in /v1"):
+        VLLMTeacher("http://127.0.0.1:1")
+    with pytest.raises(InferenceServerError, match="unreachable"):
+        VLLMTeacher("http://127.0.0.1:9/v1", model="m").score(
+            [type("I", (), {"input_ids": [1, 2], "action_mask": [0, 1], "meta": {}})()])
