@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from prefect import flow
 from pydantic import Field, model_validator
 
+from flows.chains import ChainStage, chain_stage
 from flows.common import SlotConfig, held, require_model_dir
 from flows.policies import PolicyConfig, served
 from ludic_core.bounds import MAX_EPISODES, MAX_GROUP, MAX_SEED, bounded
@@ -15,7 +18,9 @@ from tasks.evaluation import evaluate_policy
 MAX_COMPARED = 64  # adapters one evaluate run compares
 
 
-class EvaluateConfig(SlotConfig):
+class EvaluateConfig(SlotConfig, ChainStage):
+    chain_dir_field: ClassVar[str | None] = None  # it writes no directory: its table is an artifact
+
     policy: PolicyConfig = Field(description="model dir (in-process) | vLLM server | scripted policy (a baseline)")
     env: EnvConfig
     agent: AgentConfig = AgentConfig()
@@ -63,7 +68,8 @@ class EvaluateConfig(SlotConfig):
 
 @flow(name="evaluate")
 def evaluate(cfg: EvaluateConfig) -> dict[str, float]:
-    with held(cfg.slot):  # runs naming the same slot never overlap
+    policy = getattr(cfg.policy, "model_path", None) or getattr(cfg.policy, "policy", None) or cfg.policy.kind
+    with held(cfg.slot), chain_stage(cfg, "evaluate", {"policy": str(policy)}):
         return _evaluate(cfg)
 
 

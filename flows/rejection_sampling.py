@@ -8,6 +8,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger
 from pydantic import Field, model_validator
 
+from flows.chains import ChainStage, chain_stage
 from flows.common import SlotConfig, held, require_model_dir
 from flows.policies import PolicyConfig, served
 from ludic_core.bounds import MAX_EPISODES, MAX_GROUP, bounded
@@ -17,7 +18,7 @@ from tasks.artifacts import table_artifact
 from tasks.rollouts import rejection_sample
 
 
-class RejectionSamplingConfig(SlotConfig):
+class RejectionSamplingConfig(SlotConfig, ChainStage):
     """A teacher's episodes through the student's agent stack, filtered by a keep rule."""
 
     env: EnvConfig
@@ -57,7 +58,8 @@ class RejectionSamplingConfig(SlotConfig):
 @flow(name="rejection_sampling")
 def rejection_sampling(cfg: RejectionSamplingConfig) -> str:
     """Returns the dataset path. Skipped when a finished dataset already exists."""
-    with held(cfg.slot):  # runs naming the same slot never overlap
+    with held(cfg.slot), chain_stage(cfg, "rejection_sampling", {"student_path": str(cfg.student_path),
+                                                                 "out_dir": cfg.out_dir}):
         return _rejection_sampling(cfg)
 
 

@@ -9,6 +9,7 @@ from typing import ClassVar, Literal
 from prefect import flow, get_run_logger
 from pydantic import Field, model_validator
 
+from flows.chains import ChainStage, chain_stage
 from flows.common import SCHEDULE_FOLLOWS_STEPS, MultiNodeLaunchConfig, held, require_model_dir
 from flows.loggers import wandb_spec
 from flows.staging import run_stages
@@ -24,7 +25,7 @@ from tasks.artifacts import adapters_artifact, learning_curve_artifact, table_ar
 from tasks.evaluation import evaluate_policy
 
 
-class RLTrainConfig(MultiNodeLaunchConfig):
+class RLTrainConfig(MultiNodeLaunchConfig, ChainStage):
     follows: ClassVar[dict[str, str]] = SCHEDULE_FOLLOWS_STEPS
 
     model_path: str = Field(description="initial policy (e.g. the SFT model dir)")
@@ -76,7 +77,7 @@ class RLTrainConfig(MultiNodeLaunchConfig):
 def rl_train(cfg: RLTrainConfig) -> str:
     """Returns the final checkpoint's model directory. Evaluation runs in-process
     on each stage's checkpoint, whichever inference the rollouts use."""
-    with held(cfg.slot):  # runs naming the same slot never overlap
+    with held(cfg.slot), chain_stage(cfg, "rl_train", {"model_path": cfg.model_path, "out_dir": cfg.out_dir}):
         return _rl_train(cfg)
 
 

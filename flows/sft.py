@@ -7,6 +7,7 @@ from typing import ClassVar, Literal
 from prefect import flow
 from pydantic import Field
 
+from flows.chains import ChainStage, chain_stage
 from flows.common import SCHEDULE_FOLLOWS_STEPS, MultiNodeLaunchConfig, held, require_model_dir, require_path
 from flows.loggers import wandb_spec
 from flows.staging import run_stages
@@ -22,7 +23,7 @@ __all__ = ["SupervisedFinetuneConfig", "sft"]
 __getattr__ = renamed_exports(__name__, {"SFTFlowConfig": "flows.sft:SupervisedFinetuneConfig"})
 
 
-class SupervisedFinetuneConfig(MultiNodeLaunchConfig):
+class SupervisedFinetuneConfig(MultiNodeLaunchConfig, ChainStage):
     """The `sft` flow's config (the flow; the algorithm it runs is `SFTConfig`, `type: sft`)."""
 
     follows: ClassVar[dict[str, str]] = SCHEDULE_FOLLOWS_STEPS
@@ -52,7 +53,8 @@ class SupervisedFinetuneConfig(MultiNodeLaunchConfig):
 @flow(name="sft")
 def sft(cfg: SupervisedFinetuneConfig) -> str:
     """Returns the final checkpoint's model directory."""
-    with held(cfg.slot):  # runs naming the same slot never overlap
+    with held(cfg.slot), chain_stage(cfg, "sft", {"model_path": cfg.model_path, "dataset_path": cfg.dataset_path,
+                                                  "out_dir": cfg.out_dir}):
         return _sft(cfg)
 
 
