@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from ludic_core.algorithms.base import GroupAlgorithmBase
+from ludic_core.algorithms.on_policy_distill import DistillTeacher
 from ludic_core.algorithms.rl_algorithm import RLAlgorithm
 from ludic_core.bounds import MAX_GROUP, bounded
 from ludic_core.registry import ComponentError, Kind, call_with_kwargs, check_ref, resolve
@@ -41,12 +42,17 @@ class CustomConfig(GroupAlgorithmBase):
         description="the loss: a bundled name (clipped_surrogate, reinforce, ...) or 'my_pkg.module:MyLoss' (a "
                     "class with __call__(inputs) and its needs_* flags, or a factory annotated to return one)")
     loss_kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the loss")
+    teacher: DistillTeacher | None = Field(None, description="the distillation teacher a loss that reads one "
+                                                             "(needs_teacher_logprobs) is given; None = none")
 
     @model_validator(mode="after")
     def _dynamic_sampling_needs_groups(self) -> CustomConfig:
         if self.dynamic_sampling is not None and self.group_size < 2:
             raise ValueError("dynamic_sampling keeps the groups whose episodes differ: it needs group_size >= 2")
         return self
+
+    def teacher_spec(self) -> DistillTeacher | None:
+        return self.teacher
 
     def build(self) -> RLAlgorithm:
         return self.assemble(self._component("credit", self.credit, self.credit_kwargs),

@@ -35,9 +35,11 @@ class DistillTeacher(FrozenModel):
 
     model_path: str | None = Field(None, description="a model dir, scored in the trainer's process")
     base_url: str | None = Field(None, description="a vLLM server's OpenAI root (http://host:port/v1): prompt "
-                                                   "log-probs over the student's ids")
+                                                   "log-probs over the student's ids; serve it without LoRA "
+                                                   "slots")
     served_model: str | None = Field(None, description="the model's name on that server (None: its only one)")
-    api_key: str | None = Field(None, description="that server's API key")
+    api_key_env: str | None = Field(None, description="the environment variable holding that server's API key "
+                                                      "(never the key itself: parameters show in the UI)")
     concurrency: int = bounded(8, ge=1, le=256, description="requests in flight to the server")
     token_budget: int = bounded(16_384, ge=1, le=1 << 24,
                                 description="padded tokens per forward of an in-process teacher")

@@ -17,7 +17,7 @@ from ludic_core.batching.saw import SAWItem
 if TYPE_CHECKING:
     from ludic_core.batching.packing import PackedRows
 
-__all__ = ["MicroBatch", "collate_micro_batches", "padding_waste"]
+__all__ = ["MicroBatch", "collate_micro_batches", "padding_waste", "sampling_temperature"]
 
 
 @dataclass
@@ -66,7 +66,7 @@ def _pack(items: Sequence[SAWItem], pad_id: int) -> MicroBatch:
         if it.actor_logprobs is not None:
             lps[row, :k] = torch.tensor(it.actor_logprobs, dtype=torch.float32)
     weights = torch.tensor([it.weight for it in items], dtype=torch.float32)
-    temps = torch.tensor([_temperature(it.meta) for it in items], dtype=torch.float32)
+    temps = torch.tensor([sampling_temperature(it.meta) for it in items], dtype=torch.float32)
     teacher = None
     if any(it.teacher_logprobs is not None for it in items):
         teacher = torch.zeros((n, width), dtype=torch.float32)
@@ -77,8 +77,9 @@ def _pack(items: Sequence[SAWItem], pad_id: int) -> MicroBatch:
     return MicroBatch(ids, attn, act, lps, weights, [it.meta for it in items], temps, teacher_logprobs=teacher)
 
 
-def _temperature(meta: dict[str, Any]) -> float:
-    """Greedy (0) rows report log-probs at temperature 1, like the samplers."""
+def sampling_temperature(meta: dict[str, Any]) -> float:
+    """The temperature of an item's log-probs: its sampling temperature, 1 when unknown; greedy (0)
+    rows report log-probs at temperature 1, like the samplers."""
     t = meta.get("sampling_temperature")
     return float(t) if t is not None and t > 0 else 1.0
 

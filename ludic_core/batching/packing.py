@@ -22,7 +22,7 @@ from typing import Sequence
 
 import torch
 
-from ludic_core.batching.collate import MicroBatch, _pack, _temperature
+from ludic_core.batching.collate import MicroBatch, _pack, sampling_temperature
 from ludic_core.batching.saw import SAWItem
 
 __all__ = ["PackedRows", "pack_micro_batches", "unpack"]
@@ -100,7 +100,7 @@ def _packed(items: Sequence[SAWItem], rows: list[list[int]], width: int, pad_id:
             n = len(items[b])
             ids[r, at:at + n] = mb.input_ids[b, :n]
             pos[r, at:at + n] = torch.arange(n)
-            temps[r, at:at + n] = _temperature(items[b].meta)
+            temps[r, at:at + n] = sampling_temperature(items[b].meta)
             index[b] = r * (width - 1) + at  # filler past the item's end stays in its row
             index[b, :n - 1] += torch.arange(n - 1)
             at += n

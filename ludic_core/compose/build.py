@@ -68,8 +68,11 @@ def check_algorithm(cfg: AlgorithmConfig) -> None:
     """Build the algorithm once, so a custom one's credit and loss resolve, pass their kind
     checks and take their kwargs when a flow starts, not in its first training stage; a
     distillation teacher's model dir must exist (a server is checked when the stage starts)."""
-    cfg.build()
+    built = cfg.build()
     teacher = cfg.teacher_spec()
+    if built.requires_teacher and teacher is None:
+        raise ValueError(f"algorithm {cfg.type!r}: its loss reads a distillation teacher's log-probs "
+                         "(needs_teacher_logprobs): name one in algorithm.teacher (a model_path or a base_url)")
     if teacher is not None and teacher.model_path is not None:
         path = Path(teacher.model_path)
         if not ((path / "config.json").is_file() or (path / "adapter_config.json").is_file()):

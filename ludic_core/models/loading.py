@@ -17,7 +17,7 @@ MODEL_INIT_LOCK = threading.RLock()
 
 
 def load_model_and_tokenizer(
-    path: str | Path, *, dtype: str = "float32", device: str = "cpu"
+    path: str | Path, *, dtype: str = "float32", device: str = "cpu", chat: bool = True
 ) -> tuple[Any, Any]:
     """Return (model in eval mode, tokenizer) for `path`.
 
@@ -38,7 +38,7 @@ def load_model_and_tokenizer(
     tok = AutoTokenizer.from_pretrained(str(path))
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
-    if tok.chat_template is None:
+    if chat and tok.chat_template is None:  # a scorer (a distillation teacher) renders no chat: chat=False
         raise ValueError(f"tokenizer at {path} has no chat template; agents need one")
     if is_adapter_dir(path):
         model = load_adapter_model(path).to(torch_dtype)

@@ -99,6 +99,7 @@ BUNDLED: dict[str, dict[str, str]] = {
         "reinforce_baseline": "ludic_core.losses.reinforce_baseline:ReinforceBaselineLoss",
         "cross_entropy": "ludic_core.losses.cross_entropy:MaskedCrossEntropyLoss",
         "kl": "ludic_core.losses.kl:TokenKLLoss",
+        "distillation": "ludic_core.losses.distillation:OnPolicyDistillLoss",
         "entropy": "ludic_core.losses.entropy:EntropyBonus",
     },
 }

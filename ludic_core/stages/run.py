@@ -78,7 +78,8 @@ def run_stage(spec: StageSpec, *, loggers: list | None = None) -> dict[str, Any]
         if teacher_spec is not None:
             from ludic_core.training.teacher import build_teacher
 
-            teacher = build_teacher(teacher_spec, tok, device=ctx.device)
+            teacher = build_teacher(teacher_spec, tok, device=ctx.device, chunk_tokens=spec.trainer.logprob_chunk_tokens,
+                                    student_rows=model.get_output_embeddings().weight.shape[0])
         trainer = Trainer(model, algorithm, source, spec.trainer, tokenizer=tok, publisher=publisher,
                           loggers=all_loggers, checkpoint_dir=spec.checkpoint_dir, ctx=ctx, teacher=teacher)
         if hasattr(source, "trainer_version"):  # a stream source drops items by the trainer's version

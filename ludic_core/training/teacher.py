@@ -7,24 +7,36 @@ scored in-process (`ModelTeacher`), batched by a token budget, or a vLLM server
 (`ludic_core.vllm.teacher.VLLMTeacher`), asked for prompt log-probs. Either must
 read the student's ids as the same text: `build_teacher` refuses another
 tokenizer, naming both.
+
+Both score at the temperature each item was sampled at (the trainer tempers the
+student's log-probs the same way), so a student distilled from itself gets no
+credit and distillation's fixed point is the teacher itself; a log-prob below
+`TEACHER_FLOOR` (a token the teacher all but forbids) counts as the floor, so that
+one such token cannot outweigh a whole step.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import time
 from typing import TYPE_CHECKING, Any, Protocol, Sequence, runtime_checkable
 
 import torch
 
+from ludic_core.batching.collate import sampling_temperature
 from ludic_core.batching.saw import SAWItem
 from ludic_core.training.scoring import PolicyScorer
 
 if TYPE_CHECKING:
     from ludic_core.algorithms.on_policy_distill import DistillTeacher
 
-__all__ = ["Teacher", "ModelTeacher", "build_teacher", "check_same_vocabulary", "with_teacher_logprobs"]
+__all__ = ["Teacher", "ModelTeacher", "TEACHER_FLOOR", "build_teacher", "check_same_vocabulary",
+           "with_teacher_logprobs"]
+
+#: The lowest teacher log-prob credited (vLLM reports an impossible token as -9999).
+TEACHER_FLOOR = -30.0
 
 
 @runtime_checkable
@@ -44,9 +56,13 @@ def with_teacher_logprobs(teacher: Teacher, items: Sequence[SAWItem]) -> tuple[l
         raise ValueError(f"the teacher scored {len(scores)} items of {len(items)}")
     out = []
     for item, values in zip(items, scores):
-        if not all(math.isfinite(v) for v in values):
-            raise ValueError(f"the teacher gave a non-finite log-prob for item {item.meta}")
-        out.append(dataclasses.replace(item, teacher_logprobs=[float(v) for v in values]))
+        if len(values) != len(item):
+            raise ValueError(f"the teacher gave {len(values)} log-probs for item {item.meta} of {len(item)} ids")
+        if any(math.isnan(v) or v > 1e-4 for v in values):
+            bad = next(v for v in values if math.isnan(v) or v > 1e-4)
+            raise ValueError(f"the teacher gave {bad!r} as a log-prob for item {item.meta}: log-probs are <= 0 (a "
+                             "vLLM server started with --logprobs-mode raw_logits returns logits instead)")
+        out.append(dataclasses.replace(item, teacher_logprobs=[max(float(v), TEACHER_FLOOR) for v in values]))
     return out, {"teacher_seconds": time.perf_counter() - t0,
                  "teacher_tokens": float(sum(len(i) for i in items))}
 
@@ -88,44 +104,61 @@ class ModelTeacher:
             attention[row, :len(item)] = 1
         first = min((item.action_mask.index(1) for item in items if 1 in item.action_mask), default=1)
         start = max(first - 1, 0)  # position t scores token t + 1
-        logprobs, _ = self.scorer(ids.to(self.device), attention.to(self.device), start, None, False)
-        logprobs = logprobs.float().cpu()
+        temps = torch.tensor([sampling_temperature(item.meta) for item in items], dtype=torch.float32)
+        tempered = temps.to(self.device) if bool((temps != 1.0).any()) else None
+        logprobs, _ = self.scorer(ids.to(self.device), attention.to(self.device), start, tempered, False)
+        rows = logprobs.float().cpu().tolist()
         result = []
-        for row, item in enumerate(items):
+        for row, item in zip(rows, items):
             values = [0.0] * len(item)
             for k in range(start + 1, len(item)):
                 if item.action_mask[k]:
-                    values[k] = float(logprobs[row, k - start - 1])
+                    values[k] = row[k - start - 1]
             result.append(values)
         return result
 
 
-def check_same_vocabulary(student: Any, teacher: Any, where: str) -> None:
-    """ValueError unless the two tokenizers map the same strings to the same ids: the teacher scores
-    the student's ids, and another vocabulary would score other text."""
+def check_same_vocabulary(student: Any, teacher: Any, where: str, *, teacher_rows: int | None = None,
+                          student_rows: int | None = None) -> None:
+    """ValueError unless every (token, id) of the student's vocabulary is the teacher's too (a teacher
+    may have more: a newer model of the same family), and the teacher's output layer has a row for
+    every id the student can sample (`*_rows`: their embedding sizes, which may exceed the vocabulary)."""
     theirs, ours = teacher.get_vocab(), student.get_vocab()
-    if theirs == ours:
-        return
-    differ = sorted(set(theirs.items()) ^ set(ours.items()))[:3]
-    raise ValueError(f"the teacher at {where} has another tokenizer than the student ({len(theirs)} against "
-                     f"{len(ours)} vocabulary entries; e.g. {differ} differ). Distillation scores the student's "
-                     "own ids, so the teacher must read them as the same text: use a teacher of the student's "
-                     "family (cross-tokenizer alignment is not implemented)")
+    missing = sorted(set(ours.items()) - set(theirs.items()))
+    if missing:
+        raise ValueError(
+            f"the teacher at {where} has another tokenizer than the student: {len(missing)} of the student's "
+            f"{len(ours)} vocabulary entries are not the teacher's (e.g. {missing[:3]}). Distillation scores the "
+            "student's own ids, so the teacher must read them as the same text: use a teacher of the student's "
+            "family (cross-tokenizer alignment is not implemented)")
+    if teacher_rows is not None and student_rows is not None and teacher_rows < student_rows:
+        raise ValueError(f"the teacher at {where} scores {teacher_rows} ids, but the student can sample "
+                         f"{student_rows}: a sampled id past the teacher's vocabulary would have no log-prob")
 
 
-def build_teacher(spec: DistillTeacher, student_tokenizer: Any, *, device: torch.device | str = "cpu") -> Teacher:
-    """The teacher a distillation config names, checked against the student's tokenizer."""
+def build_teacher(spec: DistillTeacher, student_tokenizer: Any, *, device: torch.device | str = "cpu",
+                  student_rows: int | None = None, chunk_tokens: int = 4_096) -> Teacher:
+    """The teacher a distillation config names, checked against the student's tokenizer (and, given
+    `student_rows`, the student's output size)."""
     if spec.base_url is not None:
         from ludic_core.vllm.teacher import VLLMTeacher
 
-        remote = VLLMTeacher(spec.base_url, model=spec.served_model, api_key=spec.api_key,
-                             concurrency=spec.concurrency)
+        api_key = os.environ.get(spec.api_key_env) if spec.api_key_env else None
+        if spec.api_key_env and not api_key:
+            raise ValueError(f"algorithm.teacher.api_key_env names {spec.api_key_env!r}, which is not set")
+        remote = VLLMTeacher(spec.base_url, model=spec.served_model, api_key=api_key, concurrency=spec.concurrency)
         remote.check_tokenizer(student_tokenizer)
         return remote
     from ludic_core.models import load_model_and_tokenizer
     from ludic_core.training.model_setup import pad_id
 
     assert spec.model_path is not None  # the config holds exactly one of the two
-    model, tokenizer = load_model_and_tokenizer(spec.model_path)
-    check_same_vocabulary(student_tokenizer, tokenizer, spec.model_path)
-    return ModelTeacher(model, device=device, pad_id=pad_id(model, tokenizer), token_budget=spec.token_budget)
+    target = torch.device(device)
+    # bf16 on an accelerator (as the KL reference), loaded straight there; fp32 on the CPU
+    model, tokenizer = load_model_and_tokenizer(spec.model_path, dtype="bfloat16" if target.type == "cuda" else "float32",
+                                                device=str(target), chat=False)
+    check_same_vocabulary(student_tokenizer, tokenizer, spec.model_path,
+                          teacher_rows=model.get_output_embeddings().weight.shape[0],
+                          student_rows=student_rows)
+    return ModelTeacher(model, device=target, pad_id=pad_id(model, tokenizer), token_budget=spec.token_budget,
+                        chunk_tokens=chunk_tokens)

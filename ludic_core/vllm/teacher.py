@@ -46,21 +46,23 @@ class VLLMTeacher:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         self.base_url, self.concurrency = base_url, concurrency
         self._http = ControlClient(base_url[: -len("/v1")], api_key=api_key, timeout_s=timeout_s)
-        self.model = model or self._only_model()
-
-    def _only_model(self) -> str:
-        served = [m["id"] for m in (self._http.get("/v1/models") or {}).get("data", [])]
-        if len(served) != 1:
-            raise ValueError(f"the teacher server {self.base_url} serves {served}: name one as the teacher's model")
-        return served[0]
+        served = {m["id"]: m for m in (self._http.get("/v1/models") or {}).get("data", [])}
+        if model is None and len(served) != 1:
+            raise ValueError(f"the teacher server {self.base_url} serves {sorted(served)}: name one as the "
+                             "teacher's model")
+        self.model = model or next(iter(served))
+        if self.model not in served:
+            raise ValueError(f"the teacher server {self.base_url} does not serve {self.model!r} (it serves "
+                             f"{sorted(served)})")
+        self.max_model_len = served[self.model].get("max_model_len")
 
     def check_tokenizer(self, tokenizer: Any) -> None:
         """ValueError unless the server's tokenizer encodes `TOKENIZER_PROBE` to the student's ids
         (a probe, not a proof: it catches another vocabulary, not a remapped rare token)."""
-        body = self._http.post("/tokenize", json={"model": self.model, "prompt": TOKENIZER_PROBE,
-                                                  "add_special_tokens": False})
+        probe = TOKENIZER_PROBE + "".join(getattr(tokenizer, "all_special_tokens", []))  # the student's too
+        body = self._http.post("/tokenize", json={"model": self.model, "prompt": probe, "add_special_tokens": False})
         theirs = list((body or {}).get("tokens", []))
-        ours = list(tokenizer.encode(TOKENIZER_PROBE, add_special_tokens=False))
+        ours = list(tokenizer.encode(probe, add_special_tokens=False))
         if theirs != ours:
             at = next((i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b), min(len(theirs), len(ours)))
             raise ValueError(
@@ -77,6 +79,15 @@ class VLLMTeacher:
             return list(pool.map(self._score_one, items))
 
     def _score_one(self, item: Scored) -> list[float]:
+        temperature = item.meta.get("sampling_temperature")
+        if temperature not in (None, 0, 0.0, 1, 1.0):
+            raise ValueError(f"item {item.meta} was sampled at temperature {temperature}, but a vLLM teacher's "
+                             "prompt log-probs are at temperature 1: sample the student at 1 (or 0) to distil from "
+                             "a server, or use an in-process teacher (model_path), which scores at the item's own")
+        if self.max_model_len is not None and len(item.input_ids) >= int(self.max_model_len):
+            raise ValueError(f"item {item.meta} has {len(item.input_ids)} ids; the teacher server {self.base_url} "
+                             f"takes at most {int(self.max_model_len) - 1} (its max_model_len {self.max_model_len}, "
+                             "one kept for the token it must generate): serve it with a longer --max-model-len")
         body = self._http.post("/v1/completions", json={
             "model": self.model, "prompt": list(item.input_ids), "max_tokens": 1, "temperature": 0.0,
             "prompt_logprobs": 0})
@@ -94,10 +105,10 @@ class VLLMTeacher:
                 continue
             entry = (entries[k] or {}).get(str(token))
             value = entry.get("logprob") if isinstance(entry, dict) else None
-            if not isinstance(value, (int, float)) or math.isnan(value):
+            if not isinstance(value, (int, float)) or math.isnan(value) or math.isinf(value):
                 raise InferenceServerError(f"{self.base_url} gave no log-prob for token {token} at position {k} "
                                            f"of item {item.meta}")
-            out[k] = max(float(value), -1e4)  # -inf (a token the teacher never emits) as a finite floor
+            out[k] = float(value)  # vLLM reports an impossible token as -9999: the trainer floors it
         return out
 
     def close(self) -> None:

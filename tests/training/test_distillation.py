@@ -77,22 +77,40 @@ def test_a_trainer_without_the_teacher_its_loss_reads_is_refused(tiny_model_and_
         Trainer(model, alg, None, TrainerConfig(), tokenizer=tok)
 
 
-def test_teacher_scores_that_are_not_finite_name_the_item(sft_items):
-    class Broken:
-        def score(self, items):
-            return [[float("nan")] * len(i) for i in items]
+class _Returns:
+    def __init__(self, value):
+        self.value = value
 
-    with pytest.raises(ValueError, match="non-finite log-prob for item"):
-        with_teacher_logprobs(Broken(), sft_items[:2])
+    def score(self, items):
+        return [[self.value] * len(i) for i in items]
+
+
+def test_teacher_scores_that_are_not_log_probs_name_the_item(sft_items):
+    with pytest.raises(ValueError, match="gave nan as a log-prob for item"):
+        with_teacher_logprobs(_Returns(float("nan")), sft_items[:2])
+    with pytest.raises(ValueError, match="gave 3.5 as a log-prob.*raw_logits"):
+        with_teacher_logprobs(_Returns(3.5), sft_items[:2])
+
+
+def test_a_token_the_teacher_forbids_counts_as_the_floor(sft_items):
+    """vLLM reports -inf as -9999: one such token must not outweigh a step's credit."""
+    from ludic_core.training.teacher import TEACHER_FLOOR
+
+    for value in (-9999.0, float("-inf")):
+        items, _ = with_teacher_logprobs(_Returns(value), sft_items[:1])
+        assert set(items[0].teacher_logprobs) == {TEACHER_FLOOR} and TEACHER_FLOOR == -30.0
 
 
 def test_another_tokenizer_is_refused_naming_the_teacher(tiny_model_and_tokenizer):
     _, tok = tiny_model_and_tokenizer
-    other = build_byte_tokenizer()
-    check_same_vocabulary(tok, other, "same")  # the same byte vocabulary: accepted
-    other.add_tokens(["<calc>"])
-    with pytest.raises(ValueError, match="the teacher at /m/teacher has another tokenizer"):
-        check_same_vocabulary(tok, other, "/m/teacher")
+    bigger = build_byte_tokenizer()
+    check_same_vocabulary(tok, bigger, "same")  # the same byte vocabulary: accepted
+    bigger.add_tokens(["<calc>"])
+    check_same_vocabulary(tok, bigger, "newer")  # a teacher with more entries reads every student id alike
+    with pytest.raises(ValueError, match="the teacher at /m/teacher has another tokenizer.*1 of the student's"):
+        check_same_vocabulary(bigger, tok, "/m/teacher")  # a student id the teacher lacks
+    with pytest.raises(ValueError, match="scores 300 ids, but the student can sample 320"):
+        check_same_vocabulary(tok, tok, "/m/t", teacher_rows=300, student_rows=320)
 
 
 def test_a_teacher_config_names_exactly_one_source():
@@ -110,28 +128,36 @@ def test_build_teacher_checks_the_vocabulary_of_a_model_dir(tiny_model_dir, tiny
     _, tok = tiny_model_and_tokenizer
     teacher = build_teacher(DistillTeacher(model_path=str(tiny_model_dir)), tok)
     assert isinstance(teacher, ModelTeacher)
-    other = build_byte_tokenizer()
-    other.add_tokens(["<calc>"])
+    student = build_byte_tokenizer()
+    student.add_tokens(["<calc>"])  # an id the teacher's tokenizer lacks
     with pytest.raises(ValueError, match="another tokenizer"):
-        build_teacher(DistillTeacher(model_path=str(tiny_model_dir)), other)
+        build_teacher(DistillTeacher(model_path=str(tiny_model_dir)), student)
+    with pytest.raises(ValueError, match="the student can sample"):
+        build_teacher(DistillTeacher(model_path=str(tiny_model_dir)), tok, student_rows=100_000)
+    with pytest.raises(ValueError, match="api_key_env names 'NO_SUCH_KEY_VAR', which is not set"):
+        build_teacher(DistillTeacher(base_url="http://127.0.0.1:9/v1", api_key_env="NO_SUCH_KEY_VAR"), tok)
 
 
-def _distill(student, teacher, tmp_path, steps, requests):
+def _distill(student, teacher, tmp_path, steps, requests, temperature=1.0, **trainer):
     cfg = OnPolicyDistillConfig(teacher=DistillTeacher(model_path=str(teacher)))
+    agent = AGENT.model_copy(update={"sampling": AGENT.sampling.model_copy(update={"temperature": temperature})})
     spec = StageSpec(model_path=str(student), checkpoint_dir=str(tmp_path / "ckpt"), algorithm=cfg,
-                     trainer=TrainerConfig(lr=3e-3, dtype="float32", max_seq_len=512),
-                     data=RolloutData(env=ENV, agent=AGENT, requests_per_step=requests), until_step=steps,
+                     trainer=TrainerConfig(lr=3e-3, dtype="float32", max_seq_len=512, **trainer),
+                     data=RolloutData(env=ENV, agent=agent, requests_per_step=requests), until_step=steps,
                      metrics_path=str(tmp_path / "m.jsonl"))
     res = run_stage(spec)
     assert res["step"] == steps
     return [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
 
 
-def test_a_student_distilled_from_itself_gets_no_credit(tiny_model_dir, tmp_path):
-    """The teacher's scores line up with the sampler's log-probs token by token: with the student's
-    own weights as the teacher every token's credit is 0 up to float error (a shift by one
-    position would put it near the log-probs' own size, about 5)."""
-    (row,) = _distill(tiny_model_dir, tiny_model_dir, tmp_path, steps=1, requests=4)
+@pytest.mark.parametrize("temperature, packing", [(1.0, False), (0.7, False), (1.0, True)])
+def test_a_student_distilled_from_itself_gets_no_credit(tiny_model_dir, tmp_path, temperature, packing):
+    """The teacher's scores line up with the sampler's log-probs token by token, at the temperature
+    the student sampled at and in packed rows too: with the student's own weights as the teacher
+    every token's credit is 0 up to float error (a shift by one position, or an untempered teacher,
+    would put it far from 0)."""
+    (row,) = _distill(tiny_model_dir, tiny_model_dir, tmp_path, steps=1, requests=4, temperature=temperature,
+                      packing=packing)
     assert abs(row["teacher_kl"]) < 1e-3 and abs(row["token_advantage"]) < 1e-3, row
     assert row["teacher_logprob"] < -1.0  # real log-probs, not zeros
 
@@ -150,3 +176,14 @@ def test_a_flow_refuses_a_missing_teacher_dir_before_it_starts(tmp_path):
 
     with pytest.raises(FileNotFoundError, match="algorithm.teacher.model_path: .*nope.* is not a model directory"):
         check_algorithm(OnPolicyDistillConfig(teacher={"model_path": str(tmp_path / "nope")}))
+
+
+def test_a_custom_algorithm_whose_loss_reads_a_teacher_must_name_one(tiny_model_dir):
+    from ludic_core.algorithms import CustomConfig
+    from ludic_core.compose.build import check_algorithm
+
+    with pytest.raises(ValueError, match="its loss reads a distillation teacher's log-probs.*algorithm.teacher"):
+        check_algorithm(CustomConfig(credit="constant", loss="distillation"))
+    named = CustomConfig(credit="constant", loss="distillation", teacher={"model_path": str(tiny_model_dir)})
+    check_algorithm(named)
+    assert named.teacher_spec().model_path == str(tiny_model_dir) and named.build().requires_teacher

@@ -64,7 +64,7 @@ def test_the_server_scores_the_tokens_as_the_in_process_teacher_does(teacher_ser
         assert [v == 0.0 for v in r] == [not m or k == 0 for k, m in enumerate(item.action_mask)]
         worst = max(worst, max(abs(a - b) for a, b in zip(r, lo)))
     print(f"\nmax |vLLM prompt log-prob - in-process| = {worst:.2e}")
-    assert worst < 2e-2
+    assert worst < 1e-4
 
 
 def test_a_server_with_another_tokenizer_is_refused(teacher_server):
@@ -78,9 +78,6 @@ def test_a_server_with_another_tokenizer_is_refused(teacher_server):
         teacher.close()
 
 
-def test_a_wrong_key_or_base_url_is_named():
-    with pytest.raises(ValueError, match="ending in /v1"):
-        VLLMTeacher("http://127.0.0.1:1")
-    with pytest.raises(InferenceServerError, match="unreachable"):
-        VLLMTeacher("http://127.0.0.1:9/v1", model="m").score(
-            [type("I", (), {"input_ids": [1, 2], "action_mask": [0, 1], "meta": {}})()])
+def test_a_wrong_key_is_named(teacher_server):
+    with pytest.raises(InferenceServerError, match="401 Unauthorized"):
+        VLLMTeacher(teacher_server.base_url, api_key="wrong")
