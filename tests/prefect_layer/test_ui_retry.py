@@ -19,7 +19,7 @@ The same run id completes, its run count is 2, the first stage is skipped, the s
 the last committed checkpoint, every step is in metrics.jsonl exactly once, and the retried run's
 Completed fires the chain's trigger: `chain-rl_train` runs with `upstream_run` = the retried run.
 Last, the retried run's page in headless Chromium (as test_ui_browser.py), saved as
-`ui-retried-run.png` in $LUDIC_SCREENSHOTS (docs/ has the one the docs show), else the tmp dir.
+`ui-retried-run.png` (and the Automations page, `ui-automations.png`) in $LUDIC_SCREENSHOTS (docs/ has the one the docs show), else the tmp dir.
 """
 
 from __future__ import annotations
@@ -274,5 +274,10 @@ def _screenshot(stack, run_id: str) -> None:
         body = text(browser)
         assert "Completed" in body and "Run Count\n2" in body, body[:3000]
         browser.save_screenshot(str(shots / "ui-retried-run.png"))
+        # the Automations page: the trigger prefect.yaml gave chain-rl_train, made an automation by deploy
+        browser.get(f"{stack['api'].removesuffix('/api')}/automations")
+        WebDriverWait(browser, 60, poll_frequency=0.3).until(lambda b: "ludic chain:" in text(b))
+        assert "ludic chain: chain-sft -> chain-rl_train" in text(browser), text(browser)[:3000]
+        browser.save_screenshot(str(shots / "ui-automations.png"))
     finally:
         browser.quit()
