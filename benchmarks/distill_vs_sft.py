@@ -54,23 +54,32 @@ def score(model: str, episodes: int) -> dict[str, float]:
     return {"X": m["X/win_draw_rate"], "O": m["O/win_draw_rate"], "score": (m["X/win_draw_rate"] + m["O/win_draw_rate"]) / 2}
 
 
-def teacher_data(teacher: str, out: Path, games: int, smoke: bool) -> str:
-    """The teacher's own games through the student's agent stack, kept by the recipe's rule (a smoke's
-    teacher, 60 steps old, rarely writes a legal move: it keeps every greedy game, the same code path)."""
+def smoke_teacher_and_data(out: Path) -> tuple[str, str]:
+    """The smoke's stand-ins, made in seconds: an untrained tiny-1m teacher, and the minimax player's
+    kept games as SFT's data (the code path of both arms, not a result)."""
+    from ludic_core.models import build_tiny_model, load_model_and_tokenizer, tokenizer_fingerprint
+    from ludic_core.recipes.tic_tac_toe import RECIPE, teacher_rollouts
+    from ludic_core.rejection import keep_episodes, rollouts_to_dataset, save_dataset
+
+    teacher = str(build_tiny_model(out / "models" / "teacher", "tiny-1m", seed=3))
+    _, tok = load_model_and_tokenizer(teacher)
+    kept, _ = keep_episodes(teacher_rollouts(tok, games=16, seed=11), RECIPE.keep)
+    data = save_dataset(rollouts_to_dataset(kept, tokenizer=tokenizer_fingerprint(tok)), out / "minimax-games")
+    return teacher, str(data)
+
+
+def teacher_data(teacher: str, out: Path, games: int) -> str:
+    """The teacher's own games through the student's agent stack, kept by the recipe's rule."""
     from ludic_core.compose.policy import ModelPolicy, open_client
     from ludic_core.models import load_model_and_tokenizer, tokenizer_fingerprint
     from ludic_core.recipes.tic_tac_toe import AGENT, ENV, RECIPE
-    from ludic_core.rejection import KeepRule
     from ludic_core.rejection_sampling import rejection_sample
 
     if (out / "teacher-samples" / "dataset").exists():
         return str(out / "teacher-samples" / "dataset")
     client, _ = open_client(ModelPolicy(model_path=teacher), None, None)
     _, tok = load_model_and_tokenizer(teacher)
-    agent = AGENT.model_copy(update={"sampling": AGENT.sampling.model_copy(update={"temperature": 0.0})}) \
-        if smoke else AGENT
-    done = rejection_sample(client, ENV, agent, seeds=list(range(games)), samples=1,
-                            keep=KeepRule() if smoke else RECIPE.keep,
+    done = rejection_sample(client, ENV, AGENT, seeds=list(range(games)), samples=1, keep=RECIPE.keep,
                             out_dir=out / "teacher-samples", fingerprint=tokenizer_fingerprint(tok))
     print(f"teacher samples: kept {done['kept']:.0f} of {done['sampled']:.0f} games", flush=True)
     return str(done["dataset_path"])
@@ -156,23 +165,26 @@ def main() -> None:
     ap.add_argument("--opd-requests", type=int, default=8, help="games the student plays per distillation step")
     ap.add_argument("--evals", type=int, default=3, help="evaluations along each arm")
     ap.add_argument("--eval-episodes", type=int, default=100)
-    ap.add_argument("--smoke", action="store_true", help="CI: a tiny-1m teacher of 60 steps, 2 steps per arm")
+    ap.add_argument("--smoke", action="store_true", help="CI: an untrained teacher, minimax games as SFT's data, "
+                                                         "2 steps per arm")
     a = ap.parse_args()
-    preset = "tiny-10m"
     if a.smoke:
-        preset, a.teacher_steps, a.games, a.seeds = "tiny-1m", 60, 16, [0]
+        a.seeds = [0]
         a.warm_steps, a.sft_steps, a.opd_steps, a.evals, a.eval_episodes, a.opd_requests = 2, 2, 2, 1, 2, 2
     with tempfile.TemporaryDirectory(prefix="ludic-distill-smoke-") as tmp:
         out = Path(a.out or (tmp if a.smoke else "runs/distill_vs_sft"))
         from teacher_student import train_teacher
 
         times = {}
-        t = time.perf_counter()
-        teacher = a.teacher or train_teacher(out, a.teacher_steps, preset, 64 if a.smoke else 4096)
-        times["teacher SFT"] = time.perf_counter() - t
-        t = time.perf_counter()
-        data_path = teacher_data(teacher, out, a.games, a.smoke)
-        times["teacher samples"] = time.perf_counter() - t
+        if a.smoke:
+            teacher, data_path = smoke_teacher_and_data(out)
+        else:
+            t = time.perf_counter()
+            teacher = a.teacher or train_teacher(out, a.teacher_steps, "tiny-10m", 4096)
+            times["teacher SFT"] = time.perf_counter() - t
+            t = time.perf_counter()
+            data_path = teacher_data(teacher, out, a.games)
+            times["teacher samples"] = time.perf_counter() - t
         teacher_row = score(teacher, a.eval_episodes)
         print(json.dumps({"teacher": teacher_row}), flush=True)
         results = {}
