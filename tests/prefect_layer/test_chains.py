@@ -44,6 +44,15 @@ def _rooted(value, root: str):
     return value
 
 
+def shrunk(d: dict, small: dict, root: str) -> dict:
+    """Deployment `d` (changed in place) with `small` merged into its cfg and its triggers' cfgs,
+    and its "runs/chains/..." paths moved under `root`."""
+    d["parameters"]["cfg"] = _rooted({**d["parameters"]["cfg"], **small}, root)
+    for trigger in d.get("triggers", []):
+        trigger["parameters"]["cfg"] = _rooted({**trigger["parameters"]["cfg"], **small}, root)
+    return d
+
+
 def small_chain_file(root: Path, out: Path) -> Path:
     """prefect.yaml's chain-* deployments, smaller, writing under `root`."""
     spec = yaml.safe_load((ROOT / "prefect.yaml").read_text())
@@ -51,12 +60,7 @@ def small_chain_file(root: Path, out: Path) -> Path:
     for d in spec["deployments"]:
         if not d["name"].startswith("chain-"):
             continue
-        d = copy.deepcopy(d)
-        small = SMALL.get(d["name"].removeprefix("chain-"), {})
-        d["parameters"]["cfg"] = _rooted({**d["parameters"]["cfg"], **small}, str(root))
-        for trigger in d.get("triggers", []):
-            trigger["parameters"]["cfg"] = _rooted({**trigger["parameters"]["cfg"], **small}, str(root))
-        deployments.append(d)
+        deployments.append(shrunk(copy.deepcopy(d), SMALL.get(d["name"].removeprefix("chain-"), {}), str(root)))
     assert [d["name"] for d in deployments] == [f"chain-{s}" for s in CHAIN]
     out.write_text(yaml.safe_dump({**spec, "deployments": deployments}, sort_keys=False))
     return out

@@ -39,7 +39,7 @@ import yaml
 from ludic_core.ports import free_port
 from tests.procs import with_environ
 from tests.prefect_layer.stack import PREFECT, ROOT, _run, _start, _stop, _tail, base_env, start_server
-from tests.prefect_layer.test_chains import SMALL, _rooted
+from tests.prefect_layer.test_chains import SMALL, shrunk
 
 pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # 92-113 s on 2 busy cores (a minute of it the runs): make test-heavy
 
@@ -54,11 +54,7 @@ def _two_stage_chain_file(root: Path, out: Path) -> Path:
     keep = []
     for d in spec["deployments"]:
         if d["name"] in ("chain-sft", "chain-rl_train"):
-            small = SMALL["rl_train"] if d["name"] == "chain-rl_train" else {}
-            d["parameters"]["cfg"] = _rooted({**d["parameters"]["cfg"], **small}, str(root))
-            for trigger in d.get("triggers", []):
-                trigger["parameters"]["cfg"] = _rooted({**trigger["parameters"]["cfg"], **small}, str(root))
-            keep.append(d)
+            keep.append(shrunk(d, SMALL["rl_train"] if d["name"] == "chain-rl_train" else {}, str(root)))
     out.write_text(yaml.safe_dump({**spec, "deployments": keep}, sort_keys=False))
     return out
 
