@@ -520,3 +520,74 @@ def test_scripted_minimax_never_loses_vs_random(mark):
                 break
     assert "loss" not in results and "illegal" not in results
     assert results.count("win") > 50
+
+
+def test_agent_moves_cuts_the_game_and_scores_it_by_its_minimax_value():
+    # X to move on "XX.|OO.|...", by hand: 3 wins at once; 6 blocks, then O must take 3, X 7,
+    # and the game is drawn (value 0, regret 1); 7 lets O win at 6 (value -1, regret 2).
+    env = TicTacToeEnv(agent_mark="X", agent_moves=1)
+    for cell, value, regret in ((3, 1, 0), (6, 0, 1), (7, -1, 2)):
+        env.env_reset(0)
+        env._board = "XX.OO...."
+        out = env.env_step(str(cell))
+        assert out.terminated and out.info["regret"] == regret
+        if cell == 3:  # a finished game keeps its own result
+            assert out.info["result"] == "win" and out.reward == 1.0
+            continue
+        assert out.info == {"regret": regret, "value": value, "result": "cut", "board": env.board, "agent_mark": "X"}
+        assert out.reward == (value + 1) / 2  # win 1, draw 0.5, loss 0: the game's scale
+        assert env.board.count("O") == 2  # cut before the opponent replied
+    shaped = TicTacToeEnv(agent_mark="X", agent_moves=1, move_shaping=0.5)
+    shaped.env_reset(0)
+    shaped._board = "XX.OO...."
+    assert shaped.env_step("6").reward == 0.5 - 0.5 * 1  # the value, then the move's shaping on top
+
+
+def test_agent_moves_counts_the_agents_moves_from_each_reset():
+    env = TicTacToeEnv(agent_mark="O", agent_moves=2)
+    for seed in (3, 4):
+        env.env_reset(seed)
+        first = env.env_step(str(legal_moves(env.board)[0]))
+        if first.terminated:  # the random opponent won or drew already
+            continue
+        assert "result" not in first.info and first.info["opponent_move"]
+        second = env.env_step(str(legal_moves(env.board)[0]))
+        assert second.terminated and second.info["result"] in {"cut", "win", "loss", "draw"}
+        assert "Game stopped here." in second.obs or second.info["result"] != "cut"
+
+
+@pytest.mark.parametrize("bad", [0, 6, 1.5, "1", True])
+def test_agent_moves_is_checked(bad):
+    with pytest.raises(ValueError, match="agent_moves"):
+        TicTacToeEnv(agent_moves=bad)
+
+
+def test_an_illegal_move_costs_more_than_the_worst_legal_move_under_shaping():
+    # On "XX.|OO.|..." (X to move) 7 gives away the game (regret 2) and X then loses at best:
+    # -2c + 0. An illegal move must cost more, or a policy escapes a lost board through it.
+    for c in (0.0, 0.5, 1.0):
+        env = TicTacToeEnv(agent_mark="X", move_shaping=c)
+        worst_legal = -2 * c + 0.0  # and the loss's 0
+        env.env_reset(0)
+        env._board = "XX.OO...."
+        illegal = env.env_step("1")
+        assert illegal.info["result"] == "illegal" and illegal.reward == -1.0 - 2 * c
+        assert illegal.reward < worst_legal
+
+
+def test_outcome_weight_scales_the_result_and_leaves_the_shaping():
+    env = TicTacToeEnv(agent_mark="X", move_shaping=1.0, outcome_weight=0.0)
+    env.env_reset(0)
+    env._board = "XX.OO...."
+    won = env.env_step("3")
+    assert won.info["result"] == "win" and won.reward == 0.0  # regret 0, the win weighs nothing
+    half = TicTacToeEnv(agent_mark="X", outcome_weight=0.5)
+    half.env_reset(0)
+    half._board = "XX.OO...."
+    assert half.env_step("3").reward == 0.5
+    env.env_reset(0)
+    env._board = "XX.OO...."
+    assert env.env_step("7").reward == -2.0  # a quiet move: its shaping only
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValueError, match="outcome_weight"):
+            TicTacToeEnv(outcome_weight=bad)

@@ -25,6 +25,7 @@ from ludic_core.envs.tic_tac_toe.rules import (
     legal_moves,
     minimax_moves,
     move_regret,
+    move_value,
     render_board,
     winner,
     winning_moves,
@@ -49,5 +50,6 @@ __all__ = [
     "winning_moves",
     "minimax_moves",
     "move_regret",
+    "move_value",
     "render_board",
 ]

@@ -27,6 +27,7 @@ from ludic_core.envs.tic_tac_toe.rules import (  # the rules live there; re-expo
     legal_moves,
     minimax_moves,
     move_regret,
+    move_value,
     render_board,
     winner,
     winning_moves,
@@ -91,6 +92,7 @@ def _end_obs(b: str, mark: str, result: str) -> str:
         "loss": "You lost.",
         "illegal": "Illegal move, you lose.",
         "opponent_illegal": "Opponent made an illegal move. Game over.",
+        "cut": "Game stopped here.",
     }[result]
     return _obs(b, mark, status)
 
@@ -148,6 +150,10 @@ class TicTacToeEnv(SingleAgentEnv):
     regret says it at the move. It pulls toward minimax-safe play (never
     losing), the goal of win+draw, not toward exploiting a random opponent.
     What it buys, by start: docs/experiments (2026-11-25 to 2026-11-27).
+    With shaping an illegal move costs -1 - 2c, below the worst legal move
+    (-2c and a loss): otherwise a policy on a lost board learns to end the
+    game by an illegal move rather than pay the regret of playing on
+    (measured: 2026-11-30 on the experiments page).
 
     `random_start` n > 0 gives exploring starts: before the agent's first
     move, 0 to n random moves by each side (drawn from the seed, as is the
@@ -155,12 +161,27 @@ class TicTacToeEnv(SingleAgentEnv):
     group shares its seed, hence its start: the siblings' first moves are
     compared on one board, a clean per-state signal that from the empty board
     only the opening gets. For training; evaluations start from the empty board.
+
+    `agent_moves` n cuts the game after the agent's n-th move (before the
+    opponent replies) and scores it by its minimax value from there (win 1,
+    draw 0.5, loss 0, under best play by both sides; `info["result"]` "cut"),
+    plus the move's shaping as usual. With exploring starts and n = 1 each
+    GRPO group compares one move on one board by what it is worth: the
+    per-board signal a whole game's outcome (one noisy number for nine moves
+    against a random opponent) does not give. For training only.
+
+    `outcome_weight` w scales a finished game's result (win w, draw w/2);
+    an illegal move still costs -1. With w = 0 and move shaping each move's
+    reward is -c x its regret, which is 0 at best on every board: per-turn
+    credit with gamma 0 can then compare the siblings' moves at one turn
+    index across different boards without the outcome of the one sibling
+    whose game ended there pulling the others' quiet moves down.
     """
 
     def __init__(
         self, opponent: Literal["random", "minimax"] = "random",
         agent_mark: Literal["X", "O", "alternate"] = "X", move_shaping: float = 0.0,
-        random_start: int = 0,
+        random_start: int = 0, agent_moves: int | None = None, outcome_weight: float = 1.0,
     ) -> None:
         super().__init__()
         if opponent not in _OPPONENTS:
@@ -170,10 +191,20 @@ class TicTacToeEnv(SingleAgentEnv):
         if not move_shaping >= 0.0:
             raise ValueError(f"move_shaping must be >= 0, got {move_shaping!r}")
         self.move_shaping = float(move_shaping)
+        if not 0.0 <= outcome_weight <= 1.0:
+            raise ValueError(f"outcome_weight must be in [0, 1] (the weight of a finished game's result), "
+                             f"got {outcome_weight!r}")
+        self.outcome_weight = float(outcome_weight)
         if isinstance(random_start, bool) or not (isinstance(random_start, int) and 0 <= random_start <= 3):
             raise ValueError(f"random_start must be an int in 0..3 (random moves per side before the agent's first), "
                              f"got {random_start!r}")
         self.random_start = random_start
+        if agent_moves is not None and (isinstance(agent_moves, bool) or not isinstance(agent_moves, int)
+                                        or not 1 <= agent_moves <= 5):
+            raise ValueError(f"agent_moves must be None (whole games) or an int in 1..5 (the agent's moves "
+                             f"before the game is cut and scored by its minimax value), got {agent_moves!r}")
+        self.agent_moves = agent_moves
+        self._moves = 0
         self.opponent = opponent
         #: "alternate" plays X on even seeds and O on odd ones: one config trains and scores both seats
         self.mark_rule = agent_mark
@@ -210,6 +241,7 @@ class TicTacToeEnv(SingleAgentEnv):
         self._rng = random.Random(seed)
         self._board = EMPTY_BOARD
         self._in_play = True
+        self._moves = 0
         info: dict[str, Any] = {}
         if self.random_start:
             self._random_plies(self._rng.randint(0, self.random_start))
@@ -225,11 +257,15 @@ class TicTacToeEnv(SingleAgentEnv):
         if index is None:
             return self._finish("illegal", {"illegal_move": True, "error": error})
         regret = move_regret(self._board, index + 1, self.agent_mark)
+        value = move_value(self._board, index + 1, self.agent_mark)
         shaping = -self.move_shaping * regret
         self._board = _place(self._board, index, self.agent_mark)
+        self._moves += 1
         result = _result(self._board, self.agent_mark)
         if result is not None:
             return self._finish(result, {"regret": regret}, shaping)
+        if self.agent_moves is not None and self._moves >= self.agent_moves:
+            return self._finish("cut", {"regret": regret, "value": value}, shaping + (value + 1) / 2)
         extra = {"opponent_move": self._opponent_move(), "regret": regret}
         result = _result(self._board, self.agent_mark)
         if result is not None:
@@ -263,7 +299,10 @@ class TicTacToeEnv(SingleAgentEnv):
 
     def _finish(self, result: str, info: dict[str, Any], shaping: float = 0.0) -> StepOutcome:
         self._in_play = False
-        reward = ILLEGAL_MOVE_REWARD if result == "illegal" else RESULT_REWARDS[result] + shaping
+        if result == "illegal":  # worse than the worst legal move's shaping: no escape from a lost board
+            reward = ILLEGAL_MOVE_REWARD - 2 * self.move_shaping
+        else:  # a cut game's value arrives as its shaping
+            reward = self.outcome_weight * RESULT_REWARDS.get(result, 0.0) + shaping
         return StepOutcome(
             obs=_end_obs(self._board, self.agent_mark, result),
             reward=reward,

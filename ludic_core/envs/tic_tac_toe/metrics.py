@@ -13,10 +13,11 @@ def tic_tac_toe_metrics(rollouts: Iterable[Rollout]) -> dict[str, float]:
     """Per-game outcome rates and the per-turn legal-move rate.
 
     A turn is legal when it parsed and the env accepted the move. A game that
-    ran out of steps (e.g. endless format failures) counts as neither win nor draw.
+    ran out of steps (e.g. endless format failures) counts as neither win nor draw,
+    as does one the env cut short (`agent_moves`; its rate is `cut_rate`).
     """
     games = turns = legal = 0
-    results = {"win": 0, "draw": 0, "loss": 0, "illegal": 0, "unfinished": 0}
+    results = {"win": 0, "draw": 0, "loss": 0, "illegal": 0, "cut": 0, "unfinished": 0}
     for r in rollouts:
         games += 1
         for s in r.steps:

@@ -11,7 +11,7 @@ from functools import lru_cache
 from typing import Iterable, Literal
 
 __all__ = ["Mark", "EMPTY_BOARD", "winner", "legal_moves", "winning_moves", "minimax_moves", "move_regret",
-           "render_board"]
+           "move_value", "render_board"]
 
 Mark = Literal["X", "O"]
 EMPTY_BOARD = "." * 9
@@ -105,6 +105,12 @@ def move_regret(board: str | Iterable[str], cell: int, player: str) -> int:
     `player` gives away by playing `cell` (1-based, legal): 0, 1 or 2."""
     b = _as_board(board)
     return _value(_best_score(b, player)) - _value(_move_score(b, cell - 1, player))
+
+
+def move_value(board: str | Iterable[str], cell: int, player: str) -> int:
+    """The game's value for `player` (win 1, draw 0, loss -1, under best play by both
+    sides) after it plays `cell` (1-based, legal): what a game cut off there is worth."""
+    return _value(_move_score(_as_board(board), cell - 1, player))
 
 
 def minimax_moves(board: str | Iterable[str], player: str) -> list[int]:
