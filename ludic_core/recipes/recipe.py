@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import Field
 
-from ludic_core.bounds import MAX_EPISODES, MAX_SEED, MAX_SEQ_LEN, MAX_STEPS, bounded
+from ludic_core.bounds import MAX_BATCH, MAX_EPISODES, MAX_SEED, MAX_SEQ_LEN, MAX_STEPS, bounded
 from ludic_core.compose.configs import AgentConfig, EnvConfig
 from ludic_core.config import RL_TRAINER, GRPOConfig
 from ludic_core.frozen import FrozenModel
@@ -35,6 +35,8 @@ class Recipe(FrozenModel):
     rl_algorithm: GRPOConfig = Field(GRPOConfig(group_size=8), description="the demo chain's RL algorithm: group "
                                      "size, credit, rollout reuse, clipping")
     rl_lr: float = Field(RL_TRAINER.lr, gt=0.0, description="learning rate of the demo chain's RL stage")
+    rl_requests_per_step: int = bounded(8, ge=1, le=MAX_BATCH, description="prompts (env seeds) per RL step; "
+                                        "each is played group_size times")
     max_seq_len: int = bounded(RL_TRAINER.max_seq_len, ge=2, le=MAX_SEQ_LEN,
                                description="tokens of one training item (prompt and reply): the demo chain's SFT and "
                                            "RL stages train at it")

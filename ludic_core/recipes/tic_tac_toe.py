@@ -5,11 +5,14 @@ The board is the whole state, so the agent sees only the latest observation
 malformed or cut-off reply costs the game (`max_parse_failures: 1`, like an
 illegal move) rather than buying a retry: with a one-observation context the
 retry would not even show the board again. The teacher is good but imperfect,
-as a real teacher model is (`tic_tac_toe_heuristic`: it wins when it can,
-blocks when it must, and otherwise takes edges first; X 0.95, O 0.885
-win+draw), and a function of the board, so a tiny model imitates it exactly,
-blind spot included: RL on the game's reward is what can take the student
-past it. The perfect minimax teacher stays available as `tic_tac_toe_minimax`.
+and samples as a teacher model does (`tic_tac_toe_heuristic` with `confidence`
+2: it wins when it can, blocks when it must, and otherwise prefers edges,
+then corners, the centre last, with probability about one half; greedy it
+plays X 0.95, O 0.885 win+draw, the table's teacher row). Its student copies
+that distribution, so RL finds alternatives in its groups where the teacher
+is wrong (a deterministic teacher's student put 1.000 on the teacher's move
+there, and no RL setting moved it). The perfect minimax teacher stays
+available as `tic_tac_toe_minimax`.
 
 Three choices, each measured on the demo (the numbers, and the runs behind
 them: docs/experiments/2026-11-25-demo-recipes.md; the current table:
@@ -23,15 +26,17 @@ docs/results.md):
 - 800 SFT steps, not 400 (the cosine schedule stretched to match): 400 steps
   left the model undertrained and at the mercy of the data order.
 
-RL starts from the SFT student (seed 0: X 0.95, O 0.85, its teacher's blind
-spot included). Its settings (`rl_lr` 3e-5, 30 steps) still keep it level with
-SFT: the settings tried so far to take it past the teacher are on
-docs/experiments/2026-11-29-student-past-teacher.md (including a teacher that
-samples, `teacher_kwargs` `confidence`: it shows RL other moves, but its
-student comes out weaker, 0.75-0.82, and RL has not yet taken one past 0.85). RL trains on the
-env's minimax-regret move shaping (0.5; RL's env only: the teacher's moves
-have no regret, and the evaluation scores outcomes), which helps from starts
-with room to gain (docs/experiments/2026-11-27-rl-from-the-demo-start.md).
+RL trains on each move's own worth: the env's minimax-regret shaping (-0.4 x
+regret, 0 for a move that keeps the game's value) with the game's result
+weighted 0 (`outcome_weight`), per-turn credit with gamma 0, so each move is
+compared with its siblings' moves at the same turn, and the one sibling whose
+game ended there does not pull the others' quiet moves down. A malformed reply
+(-1) and an illegal move (-1.8) cost more than the worst legal move (-0.8),
+so no reply escapes a lost board. 100 steps of 16 prompts x 8 at lr 4e-4. The
+runs that chose this, and the ones that did not work (whole-game outcomes,
+one-move episodes from random boards): docs/experiments/2026-11-30-rl-per-move.md.
+RL's env only: the teacher's data and the evaluations play whole games and
+score outcomes.
 
 The helpers below are thin wrappers over the generic seam
 (`ludic_core.compose.build`), kept for benchmarks and tests that run the
@@ -45,6 +50,7 @@ from typing import Any, Sequence
 
 from ludic_core.compose.build import PROTOCOL, build_engine
 from ludic_core.compose.configs import AgentConfig, ComponentConfig, EnvConfig
+from ludic_core.config import GRPOConfig
 from ludic_core.envs.tic_tac_toe.players import minimax_teacher
 from ludic_core.eval import evaluate_policy
 from ludic_core.inference import ScriptedChatClient
@@ -79,12 +85,15 @@ RECIPE = Recipe(
     eval_env=ENV,
     agent=AGENT,
     teacher="tic_tac_toe_heuristic",
-    teacher_kwargs={"fallback": "edges"},
+    teacher_kwargs={"fallback": "edges", "confidence": 2.0},
     keep=KeepRule(min_return=0.5),
     sft_steps=800,
-    rl_temperature=0.7,
-    rl_lr=3e-5,
-    rl_env_kwargs={"move_shaping": 0.5},
+    rl_temperature=1.0,
+    rl_lr=4e-4,
+    rl_steps=100,
+    rl_requests_per_step=16,
+    rl_algorithm=GRPOConfig(group_size=8, credit="turn", gamma=0.0),
+    rl_env_kwargs={"move_shaping": 0.4, "outcome_weight": 0.0},
     eval_seed=100_000,
     table={"X legal": "X/legal_move_rate", "X win+draw": "X/win_draw_rate",
            "O legal": "O/legal_move_rate", "O win+draw": "O/win_draw_rate"},

@@ -38,18 +38,43 @@ def test_tic_tac_toe_rl_trains_on_move_shaping_that_teacher_and_evaluation_do_no
     shaped, teacher, scored = (_first_move_rewards(e) for e in (stage.env, recipe.env, recipe.eval_env))
     assert any(regret > 0 for regret, _ in shaped.values()), "no losing reply to test with"
     for cell, (regret, reward) in shaped.items():
-        # the game goes on after one move, so the only reward is the shaping: -0.5 x the move's regret
-        assert reward == pytest.approx(-0.5 * regret), cell
+        # the game goes on after one move, so the only reward is the shaping: -0.4 x the move's regret
+        assert reward == pytest.approx(-0.4 * regret), cell
         assert teacher[cell][1] == scored[cell][1] == 0.0, cell
+
+
+def test_tic_tac_toe_rl_reward_leaves_no_escape_from_a_lost_board():
+    """RL's reward is per move (the outcome weighs 0, credit per turn with gamma 0), so every
+    way of not playing a legal move must cost more than the worst legal move: otherwise a
+    policy facing a forced loss learns to answer garbage or an occupied cell instead."""
+    from ludic_core.envs.tic_tac_toe import TicTacToeEnv
+
+    recipe = get_recipe("tic_tac_toe")
+    assert recipe.rl_algorithm.credit == "turn" and recipe.rl_algorithm.gamma == 0.0
+    env = TicTacToeEnv(**recipe.rl_env.kwargs)
+    env.env_reset(0)  # X (even seed) on a board where 7 gives the game away and a win weighs nothing
+    env._board = "XX.OO...."
+    worst_legal = env.env_step("7").reward
+    env.env_reset(0)
+    env._board = "XX.OO...."
+    won = env.env_step("3")
+    env.env_reset(0)
+    env._board = "XX.OO...."
+    illegal = env.env_step("1").reward
+    malformed = recipe.agent.parser.kwargs["failure_penalty"]
+    assert won.info["result"] == "win" and won.reward == 0.0
+    assert max(illegal, malformed) < worst_legal < 0.0, (illegal, malformed, worst_legal)
 
 
 def test_the_rl_stage_takes_the_recipes_algorithm_and_steps_unless_the_demo_overrides_them():
     from ludic_core.config import GRPOConfig, RolloutReuse
 
     algorithm = GRPOConfig(group_size=4, credit="turn", reuse=RolloutReuse(mini_batches=2, epochs=2))
-    recipe = get_recipe("tic_tac_toe").model_copy(update={"rl_algorithm": algorithm, "rl_steps": 12})
+    recipe = get_recipe("tic_tac_toe").model_copy(update={"rl_algorithm": algorithm, "rl_steps": 12,
+                                                         "rl_requests_per_step": 5})
     stage = rl_stage(DemoConfig(), recipe, "m")
     assert stage.algorithm == algorithm and stage.steps == 12 and stage.steps_per_stage == 6
+    assert stage.requests_per_step == 5
     stage = rl_stage(DemoConfig(group_size=6, rl_steps=5), recipe, "m")
     assert stage.algorithm == algorithm.model_copy(update={"group_size": 6}) and stage.steps == 5
 
