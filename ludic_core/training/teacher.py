@@ -27,6 +27,7 @@ import torch
 
 from ludic_core.batching.collate import sampling_temperature
 from ludic_core.batching.saw import SAWItem
+from ludic_core.training.distributed import DistContext, all_gather_float_rows
 from ludic_core.training.scoring import PolicyScorer
 
 if TYPE_CHECKING:
@@ -47,11 +48,22 @@ class Teacher(Protocol):
         ...
 
 
-def with_teacher_logprobs(teacher: Teacher, items: Sequence[SAWItem]) -> tuple[list[SAWItem], dict[str, float]]:
-    """Copies of `items` carrying `teacher`'s log-probs, and what scoring them cost
-    (`teacher_seconds`, `teacher_tokens`: the ids the teacher read)."""
+def with_teacher_logprobs(teacher: Teacher, items: Sequence[SAWItem],
+                          ctx: DistContext | None = None) -> tuple[list[SAWItem], dict[str, float]]:
+    """Copies of `items` carrying `teacher`'s log-probs, and what scoring them cost on this rank
+    (`teacher_seconds`: the call's wall time; `teacher_tokens`: the ids this rank's teacher read).
+
+    Under torchrun every rank holds the whole batch, so each scores only `items[rank::world]` and the
+    ranks exchange the scores (`all_gather_float_rows`, bit-exact): every rank ends with all of them,
+    for 1/world of the teacher compute. The checks below then run on the full set on every rank alike."""
     t0 = time.perf_counter()
-    scores = teacher.score(items)
+    if ctx is None or not ctx.is_distributed:
+        scores = teacher.score(items)
+        tokens = sum(len(i) for i in items)
+    else:
+        mine = items[ctx.rank::ctx.world_size]
+        scores = _interleave(all_gather_float_rows(teacher.score(mine), ctx), len(items))
+        tokens = sum(len(i) for i in mine)
     if len(scores) != len(items):
         raise ValueError(f"the teacher scored {len(scores)} items of {len(items)}")
     out = []
@@ -63,8 +75,20 @@ def with_teacher_logprobs(teacher: Teacher, items: Sequence[SAWItem]) -> tuple[l
             raise ValueError(f"the teacher gave {bad!r} as a log-prob for item {item.meta}: log-probs are <= 0 (a "
                              "vLLM server started with --logprobs-mode raw_logits returns logits instead)")
         out.append(dataclasses.replace(item, teacher_logprobs=[max(float(v), TEACHER_FLOOR) for v in values]))
-    return out, {"teacher_seconds": time.perf_counter() - t0,
-                 "teacher_tokens": float(sum(len(i) for i in items))}
+    return out, {"teacher_seconds": time.perf_counter() - t0, "teacher_tokens": float(tokens)}
+
+
+def _interleave(per_rank: list[list[list[float]]], n: int) -> list[list[float]]:
+    """Rank r's k-th row back at item r + k * world. Every rank sees the same rows, so a teacher that
+    scored another number of items than its share fails here on every rank alike (no rank hangs)."""
+    world = len(per_rank)
+    got, shares = [len(rows) for rows in per_rank], [len(range(r, n, world)) for r in range(world)]
+    if got != shares:
+        raise ValueError(f"the teacher scored {sum(got)} items of {n} (per rank {got} of {shares})")
+    out: list[list[float]] = [[] for _ in range(n)]
+    for r, rows in enumerate(per_rank):
+        out[r::world] = rows
+    return out
 
 
 class ModelTeacher:

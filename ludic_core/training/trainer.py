@@ -60,7 +60,7 @@ class Trainer:
     required method is a TypeError naming it. `source=None` builds a trainer that only
     scores or publishes (reading a batch is then a ValueError). `teacher` scores every item for
     a loss that reads a distillation teacher's log-probs (`training/teacher.py`), once per
-    train step, whatever the rollout reuse."""
+    train step, whatever the rollout reuse; under torchrun each rank scores its share and all get all."""
 
     def __init__(
         self,
@@ -227,7 +227,7 @@ class Trainer:
         items, stale = self._filter(batch)
         teacher_metrics: dict[str, float] = {}
         if self.teacher is not None:  # once per step: every update of the batch reads the same scores
-            items, teacher_metrics = with_teacher_logprobs(self.teacher, items)
+            items, teacher_metrics = with_teacher_logprobs(self.teacher, items, self.ctx)
         plan = plan_updates(items, [i.meta.get("group_id") for i in items], mini_batches=self.reuse.mini_batches,
                             epochs=self.reuse.epochs, seed=self.cfg.seed * 1_000_003 + self.step) or [[]]
         self._shared_positions, mbs, per_update = 0, [], []

@@ -1,0 +1,55 @@
+"""torchrun worker for test_teacher_ranks.py: a distillation teacher's scoring split over 2 gloo ranks.
+
+usage: _worker_teacher.py OUT_DIR
+
+Each rank has `with_teacher_logprobs` score the whole batch with a `Recording` teacher and writes
+OUT_DIR/rank<R>.json: the items its teacher was asked for, every item's teacher log-probs as it
+ended with them, and the cost metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from ludic_core.batching.saw import SAWItem
+from ludic_core.training.distributed import cleanup, init_distributed
+from ludic_core.training.teacher import with_teacher_logprobs
+
+
+def items() -> list[SAWItem]:
+    """7 items of different lengths: the 2 ranks' shares are uneven (4 and 3)."""
+    out = []
+    for i in range(7):
+        prompt, completion = 3 + i % 4, 2 + i
+        ids = [(7 * i + 3 * k) % 50 + 4 for k in range(prompt + completion)]
+        out.append(SAWItem(ids, [1] * len(ids), [0] * prompt + [1] * completion, 1.0, {"i": i}))
+    return out
+
+
+class Recording:
+    """A teacher that notes which items it scored; its log-probs depend on the item alone, with
+    values float32 could not hold (-1/3) and one below the floor, so a lossy exchange would show."""
+
+    def __init__(self) -> None:
+        self.asked: list[int] = []
+
+    def score(self, batch):
+        self.asked += [item.meta["i"] for item in batch]
+        return [[0.0 if not m else -(i + 1) / 3 - k * 1e-9 - (40.0 if k == len(item) - 1 else 0.0)
+                 for k, m in enumerate(item.action_mask)] for i, item in ((it.meta["i"], it) for it in batch)]
+
+
+def main(out_dir: str) -> None:
+    ctx = init_distributed("cpu")
+    teacher = Recording()
+    scored, metrics = with_teacher_logprobs(teacher, items(), ctx)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    (Path(out_dir) / f"rank{ctx.rank}.json").write_text(json.dumps(
+        {"asked": teacher.asked, "teacher_logprobs": [i.teacher_logprobs for i in scored], "metrics": metrics}))
+    cleanup(ctx)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
