@@ -213,40 +213,18 @@ def vllm_server(tiny_model_dir, tmp_path_factory):
     PID at the end (SIGTERM to `ludic serve`, which stops the server's process
     group). A missing vLLM environment fails
     the tests that need it: run `ludic serve --setup` (`.ci/run` does)."""
-    import json
-    import os
-    import secrets
-    import signal
-    import subprocess
-    import sys
     from types import SimpleNamespace
 
-    from ludic_core.ports import free_port
     from ludic_core.vllm.server import pid_alive
     from ludic_core.vllm.setup import env_python
+    from tests.vllm_serve import serve_tiny_model
 
     if not env_python().exists():
         pytest.fail(f"no vLLM environment at {env_python().parent.parent}: run `ludic serve --setup`")
-    key, port = secrets.token_urlsafe(16), free_port()
     logs = tmp_path_factory.mktemp("vllm-logs")
-    cli = subprocess.Popen(
-        [sys.executable, "-m", "flows.cli", "serve", "--model", str(tiny_model_dir), "--port", str(port),
-         "--log-dir", str(logs), "--lora-rank", "8"],
-        env={**os.environ, "LUDIC_VLLM_API_KEY": key}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    seen = []  # warnings may come first; the JSON line comes once /health answers
-    for line in cli.stdout:
-        if line.startswith("{"):
-            break
-        seen.append(line)
-    else:
-        cli.kill()
-        pytest.fail("`ludic serve` did not start:\n" + "".join(seen)[-3000:])
-    info = json.loads(line)
-    server = SimpleNamespace(**info, api_key=key, model_dir=tiny_model_dir, cli_pid=cli.pid,
-                             root_url=info["base_url"].removesuffix("/v1"))
-    yield server
-    cli.send_signal(signal.SIGTERM)
-    cli.wait(timeout=60)
+    with serve_tiny_model(tiny_model_dir, logs, ["--lora-rank", "8"]) as (info, key, cli_pid):
+        yield SimpleNamespace(**info, api_key=key, model_dir=tiny_model_dir, cli_pid=cli_pid,
+                              root_url=info["base_url"].removesuffix("/v1"))
     assert not pid_alive(info["pid"]), "the vLLM server outlived `ludic serve`"
 
 

@@ -7,12 +7,6 @@ prompt log-probs, and the session's shared server has them. Heavy: that start co
 
 from __future__ import annotations
 
-import json
-import os
-import secrets
-import signal
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import pytest
@@ -21,6 +15,7 @@ from ludic_core.inference.errors import InferenceServerError
 from ludic_core.models import build_byte_tokenizer
 from ludic_core.training.teacher import ModelTeacher
 from ludic_core.vllm.teacher import VLLMTeacher
+from tests.vllm_serve import serve_tiny_model
 
 pytestmark = [pytest.mark.vllm, pytest.mark.heavy]
 
@@ -28,24 +23,8 @@ pytestmark = [pytest.mark.vllm, pytest.mark.heavy]
 @pytest.fixture(scope="module")
 def teacher_server(tiny_model_dir, tmp_path_factory):
     """`ludic serve --model DIR` (no LoRA), stopped by SIGTERM at the module's end."""
-    from ludic_core.ports import free_port
-
-    key, port = secrets.token_urlsafe(16), free_port()
-    cli = subprocess.Popen(
-        [sys.executable, "-m", "flows.cli", "serve", "--model", str(tiny_model_dir), "--port", str(port),
-         "--log-dir", str(tmp_path_factory.mktemp("teacher-vllm-logs"))],
-        env={**os.environ, "LUDIC_VLLM_API_KEY": key}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    seen = []
-    for line in cli.stdout:
-        if line.startswith("{"):
-            break
-        seen.append(line)
-    else:
-        cli.kill()
-        pytest.fail("`ludic serve` did not start:\n" + "".join(seen)[-3000:])
-    yield SimpleNamespace(**json.loads(line), api_key=key)
-    cli.send_signal(signal.SIGTERM)
-    cli.wait(timeout=60)
+    with serve_tiny_model(tiny_model_dir, tmp_path_factory.mktemp("teacher-vllm-logs")) as (info, key, _):
+        yield SimpleNamespace(**info, api_key=key)
 
 
 def test_the_server_scores_the_tokens_as_the_in_process_teacher_does(teacher_server, tiny_model_and_tokenizer,
