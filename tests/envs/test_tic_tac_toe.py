@@ -588,6 +588,10 @@ def test_outcome_weight_scales_the_result_and_leaves_the_shaping():
     env.env_reset(0)
     env._board = "XX.OO...."
     assert env.env_step("7").reward == -2.0  # a quiet move: its shaping only
+    cut = TicTacToeEnv(agent_mark="X", agent_moves=1, outcome_weight=0.5)
+    cut.env_reset(0)
+    cut._board = "XX.OO...."
+    assert cut.env_step("6").reward == 0.5 * 0.5  # a cut game's value (a draw) is its result, weighted too
     for bad in (-0.1, 1.5):
         with pytest.raises(ValueError, match="outcome_weight"):
             TicTacToeEnv(outcome_weight=bad)

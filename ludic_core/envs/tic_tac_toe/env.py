@@ -139,7 +139,7 @@ def _seat(first_obs: str) -> str | None:
 class TicTacToeEnv(SingleAgentEnv):
     """The agent plays one game against a scripted opponent.
 
-    Rewards: win 1.0, draw 0.5, loss 0.0, illegal move -1.0 (ends the game);
+    Rewards: win 1.0, draw 0.5, loss 0.0, illegal move -1.0 (ends the game; -1 - 2c under shaping c);
     0.0 for moves that do not end it. Seeding `reset` fixes the opponent.
 
     `move_shaping` c > 0 adds a per-move process reward from the minimax
@@ -170,8 +170,8 @@ class TicTacToeEnv(SingleAgentEnv):
     per-board signal a whole game's outcome (one noisy number for nine moves
     against a random opponent) does not give. For training only.
 
-    `outcome_weight` w scales a finished game's result (win w, draw w/2);
-    an illegal move still costs -1. With w = 0 and move shaping each move's
+    `outcome_weight` w scales a finished (or cut) game's result (win w,
+    draw w/2); an illegal move still costs -1 - 2c. With w = 0 and move shaping each move's
     reward is -c x its regret, which is 0 at best on every board: per-turn
     credit with gamma 0 can then compare the siblings' moves at one turn
     index across different boards without the outcome of the one sibling
@@ -265,7 +265,8 @@ class TicTacToeEnv(SingleAgentEnv):
         if result is not None:
             return self._finish(result, {"regret": regret}, shaping)
         if self.agent_moves is not None and self._moves >= self.agent_moves:
-            return self._finish("cut", {"regret": regret, "value": value}, shaping + (value + 1) / 2)
+            return self._finish("cut", {"regret": regret, "value": value},
+                                shaping + self.outcome_weight * (value + 1) / 2)
         extra = {"opponent_move": self._opponent_move(), "regret": regret}
         result = _result(self._board, self.agent_mark)
         if result is not None:
