@@ -27,7 +27,7 @@ import torch
 
 from ludic_core.batching.collate import sampling_temperature
 from ludic_core.batching.saw import SAWItem
-from ludic_core.training.distributed import DistContext, all_gather_float_rows
+from ludic_core.training.distributed import DistContext, all_gather_float_rows, all_reduce_sum
 from ludic_core.training.scoring import PolicyScorer
 
 if TYPE_CHECKING:
@@ -62,7 +62,15 @@ def with_teacher_logprobs(teacher: Teacher, items: Sequence[SAWItem],
         tokens = sum(len(i) for i in items)
     else:
         mine = items[ctx.rank::ctx.world_size]
-        scores = _interleave(all_gather_float_rows(teacher.score(mine), ctx), len(items))
+        try:
+            own, error = teacher.score(mine), None
+        except Exception as exc:  # said to every rank first: the others would wait in the gather forever
+            own, error = [], exc
+        if all_reduce_sum(float(error is not None), ctx):
+            if error is not None:
+                raise error
+            raise RuntimeError("the distillation teacher failed on another rank: its error is in that rank's log")
+        scores = _interleave(all_gather_float_rows(own, ctx), len(items))
         tokens = sum(len(i) for i in mine)
     if len(scores) != len(items):
         raise ValueError(f"the teacher scored {len(scores)} items of {len(items)}")

@@ -1,10 +1,11 @@
 """torchrun worker for test_teacher_ranks.py: a distillation teacher's scoring split over 2 gloo ranks.
 
-usage: _worker_teacher.py OUT_DIR
+usage: _worker_teacher.py OUT_DIR [share|fail]
 
 Each rank has `with_teacher_logprobs` score the whole batch with a `Recording` teacher and writes
 OUT_DIR/rank<R>.json: the items its teacher was asked for, every item's teacher log-probs as it
-ended with them, and the cost metrics.
+ended with them, and the cost metrics. `fail`: rank 1's teacher raises; each rank writes the error
+it got (rank 0 must get one too, not hang in the exchange).
 """
 
 from __future__ import annotations
@@ -41,8 +42,31 @@ class Recording:
                  for k, m in enumerate(item.action_mask)] for i, item in ((it.meta["i"], it) for it in batch)]
 
 
-def main(out_dir: str) -> None:
+class Failing(Recording):
+    """Rank 1's teacher raises (a server error, an item too long): rank 0 must not wait for its scores."""
+
+    def __init__(self, rank: int) -> None:
+        super().__init__()
+        self.rank = rank
+
+    def score(self, batch):
+        if self.rank == 1:
+            raise ValueError("item 1 is longer than the teacher's max_model_len")
+        return super().score(batch)
+
+
+def main(out_dir: str, mode: str = "share") -> None:
     ctx = init_distributed("cpu")
+    if mode == "fail":
+        try:
+            with_teacher_logprobs(Failing(ctx.rank), items(), ctx)
+            error = "none"
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        (Path(out_dir) / f"rank{ctx.rank}.json").write_text(json.dumps({"error": error}))
+        cleanup(ctx)
+        return
     teacher = Recording()
     scored, metrics = with_teacher_logprobs(teacher, items(), ctx)
     Path(out_dir).mkdir(parents=True, exist_ok=True)

@@ -18,15 +18,26 @@ WORKER = Path(__file__).with_name("_worker_teacher.py")
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.slow
-def test_two_ranks_each_score_their_share_and_all_get_every_score(tmp_path):
+def _two_ranks(out: Path, mode: str) -> list[dict]:
     paths = [str(REPO), os.environ.get("PYTHONPATH")]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(filter(None, paths))}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(WORKER),
-           str(tmp_path)]
+           str(out), mode]
     proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+@pytest.mark.slow
+def test_a_teacher_failing_on_one_rank_fails_every_rank_without_a_hang(tmp_path):
+    ranks = _two_ranks(tmp_path, "fail")
+    assert ranks[1]["error"] == "ValueError: item 1 is longer than the teacher's max_model_len"
+    assert ranks[0]["error"].startswith("RuntimeError: the distillation teacher failed on another rank")
+
+
+@pytest.mark.slow
+def test_two_ranks_each_score_their_share_and_all_get_every_score(tmp_path):
+    ranks = _two_ranks(tmp_path, "share")
 
     spec = importlib.util.spec_from_file_location("_worker_teacher", WORKER)
     worker = importlib.util.module_from_spec(spec)
