@@ -1,12 +1,12 @@
 """One GRPO step on the CPU, ludic vs TRL's GRPOTrainer, on the one-move tic-tac-toe task.
 
-The task: the demo's RL env (`tic_tac_toe` recipe: random opponent, seats alternating by
-env seed, minimax-regret move shaping 0.5), one move per episode. A prompt is the board
+The task: the RL env `_tic_tac_toe_policy.recipe()` pins (the demo's until 2026-11-30: random
+opponent, seats alternating by env seed, minimax-regret move shaping 0.5), one move per episode. A prompt is the board
 the agent faces on its first turn (X: the empty board; O: after the opponent's opening);
 a completion is one reply of at most 24 tokens; its reward is what the recipe's agent
 and env give that reply: -1 if it is cut off at the token limit or does not parse as
-<move>N</move>, else the env's reward for the move (an illegal cell -1, a legal one
--0.5 x its regret). One step: 8 prompts x 8 completions at T=0.7, advantages within
+<move>N</move>, else the env's reward for the move (an illegal cell -2 since 2026-11-30, -1
+before; a legal one -0.5 x its regret). One step: 8 prompts x 8 completions at T=0.7, advantages within
 each group of 8, one clipped-surrogate optimizer step, KL 0, no vLLM, fp32.
 
 Why the comparison is fair:

@@ -1,8 +1,8 @@
 """Learning speed: wall time to a target reward, ludic vs TRL's GRPOTrainer, side by side.
 
 The task is `grpo_step.py`'s one-move tic-tac-toe (a board, one reply of at most 24 tokens,
-the recipe's reward: -1 for a cut-off or unparsable reply or an illegal cell, else -0.5 x
-the move's minimax regret), from the same warm-start checkpoint (`_tic_tac_toe_policy.py`),
+the reward `_tic_tac_toe_policy.recipe()` pins: -1 for a cut-off or unparsable reply, -2 for
+an illegal cell (-1 before 2026-11-30), else -0.5 x the move's minimax regret), from the same warm-start checkpoint (`_tic_tac_toe_policy.py`),
 with the same prompts in the same order (8 boards x 8 completions a generated batch, T=0.7),
 the same reward function and the same evaluation: the expected reward at the sampling
 temperature (0.7) on held-out boards (64 seeds from 50,000: X's empty board and O's boards after a random opening),

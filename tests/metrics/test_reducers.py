@@ -206,7 +206,7 @@ def test_tic_tac_toe_contributes_its_table():
     assert env_metrics(TicTacToeEnv, rs) == {
         "games": 2.0, "legal_move_rate": 0.75,
         "win_rate": 0.5, "draw_rate": 0.0, "loss_rate": 0.5,
-        "illegal_rate": 0.0, "unfinished_rate": 0.0, "win_draw_rate": 0.5,
+        "illegal_rate": 0.0, "cut_rate": 0.0, "unfinished_rate": 0.0, "win_draw_rate": 0.5,
     }
 
 
