@@ -13,7 +13,9 @@ A small gamma has its own trap when episodes end at different turns: at turn t a
 sibling whose episode ends there carries its outcome (a win: 1), one that goes on
 only its step reward (0), so sound moves of the longer games are pushed down
 (gamma 0 on tic-tac-toe lowered the sampled reward it trained on:
-docs/experiments/2026-11-29-student-past-teacher.md).
+docs/experiments/2026-11-29-student-past-teacher.md). A reward whose best value is
+the same at every step removes it: the demo's per-move regret with the outcome
+weighted 0 (docs/experiments/2026-11-30-rl-per-move.md).
 """
 
 from __future__ import annotations

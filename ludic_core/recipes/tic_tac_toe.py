@@ -32,7 +32,7 @@ weighted 0 (`outcome_weight`), per-turn credit with gamma 0, so each move is
 compared with its siblings' moves at the same turn, and the one sibling whose
 game ended there does not pull the others' quiet moves down. A malformed reply
 (-1) and an illegal move (-1.8) cost more than the worst legal move (-0.8),
-so no reply escapes a lost board. 100 steps of 16 prompts x 8 at lr 4e-4. The
+so no reply dodges the cost of a move that gives value away. 100 steps of 16 prompts x 8 at lr 4e-4. The
 runs that chose this, and the ones that did not work (whole-game outcomes,
 one-move episodes from random boards): docs/experiments/2026-11-30-rl-per-move.md.
 RL's env only: the teacher's data and the evaluations play whole games and

@@ -564,7 +564,7 @@ def test_agent_moves_is_checked(bad):
 
 def test_an_illegal_move_costs_more_than_the_worst_legal_move_under_shaping():
     # On "XX.|OO.|..." (X to move) 7 gives away the game (regret 2) and X then loses at best:
-    # -2c + 0. An illegal move must cost more, or a policy escapes a lost board through it.
+    # -2c + 0. An illegal move must cost more, or a policy dodges a costly move through it.
     for c in (0.0, 0.5, 1.0):
         env = TicTacToeEnv(agent_mark="X", move_shaping=c)
         worst_legal = -2 * c + 0.0  # and the loss's 0

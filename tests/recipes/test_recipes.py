@@ -43,10 +43,10 @@ def test_tic_tac_toe_rl_trains_on_move_shaping_that_teacher_and_evaluation_do_no
         assert teacher[cell][1] == scored[cell][1] == 0.0, cell
 
 
-def test_tic_tac_toe_rl_reward_leaves_no_escape_from_a_lost_board():
+def test_tic_tac_toe_rl_reward_leaves_no_cheaper_way_out_than_a_legal_move():
     """RL's reward is per move (the outcome weighs 0, credit per turn with gamma 0), so every
     way of not playing a legal move must cost more than the worst legal move: otherwise a
-    policy facing a forced loss learns to answer garbage or an occupied cell instead."""
+    policy about to give value away learns to answer garbage or an occupied cell instead."""
     from ludic_core.envs.tic_tac_toe import TicTacToeEnv
 
     recipe = get_recipe("tic_tac_toe")

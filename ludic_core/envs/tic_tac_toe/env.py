@@ -151,8 +151,8 @@ class TicTacToeEnv(SingleAgentEnv):
     losing), the goal of win+draw, not toward exploiting a random opponent.
     What it buys, by start: docs/experiments (2026-11-25 to 2026-11-27).
     With shaping an illegal move costs -1 - 2c, below the worst legal move
-    (-2c and a loss): otherwise a policy on a lost board learns to end the
-    game by an illegal move rather than pay the regret of playing on
+    (-2c and a loss): otherwise a policy that would give value away on a
+    board learns to end the game by an illegal move instead of paying that regret
     (measured: 2026-11-30 on the experiments page).
 
     `random_start` n > 0 gives exploring starts: before the agent's first
@@ -300,7 +300,7 @@ class TicTacToeEnv(SingleAgentEnv):
 
     def _finish(self, result: str, info: dict[str, Any], shaping: float = 0.0) -> StepOutcome:
         self._in_play = False
-        if result == "illegal":  # worse than the worst legal move's shaping: no escape from a lost board
+        if result == "illegal":  # below the worst legal move's shaping: no cheaper way out
             reward = ILLEGAL_MOVE_REWARD - 2 * self.move_shaping
         else:  # a cut game's value arrives as its shaping
             reward = self.outcome_weight * RESULT_REWARDS.get(result, 0.0) + shaping
