@@ -7,11 +7,11 @@ metrics the demo reports, and the scripted players (teachers, baselines).
 from ludic_core.envs.tic_tac_toe.env import (
     ILLEGAL_MOVE_REWARD,
     RESULT_REWARDS,
-    TicTacToeDuelEnv,
     TicTacToeEnv,
     parse_observation,
     render_numbered,
 )
+from ludic_core.envs.tic_tac_toe.duel import TicTacToeDuelEnv
 from ludic_core.envs.tic_tac_toe.metrics import tic_tac_toe_metrics
 from ludic_core.envs.tic_tac_toe.players import (
     heuristic_teacher,
