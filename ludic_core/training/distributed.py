@@ -19,7 +19,7 @@ import gc
 import json
 import os
 from dataclasses import dataclass
-from typing import Any, Sequence, cast
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -29,7 +29,6 @@ from ludic_core.device import resolve_device
 
 __all__ = [
     "DistContext",
-    "all_gather_float_rows",
     "all_gather_json",
     "all_reduce_sum",
     "all_reduce_floats",
@@ -261,35 +260,6 @@ def all_gather_json(obj: Any, ctx: DistContext) -> list[Any]:
     parts = [torch.empty(longest, dtype=torch.uint8, device=dev) for _ in range(ctx.world_size)]
     dist.all_gather(parts, padded)
     return [_from_json_bytes(p[: int(s.item())]) for p, s in zip(parts, sizes)]
-
-
-def all_gather_float_rows(rows: Sequence[Sequence[float]], ctx: DistContext) -> list[list[list[float]]]:
-    """Every rank's rows of floats (any number, any lengths), in rank order, on every rank: bit-exact
-    as float64 (NaN too), in two gathers of tensors (the sizes, then lengths and values padded to the
-    longest rank's)."""
-    if not ctx.is_distributed:
-        return [[list(r) for r in rows]]
-    dev = _comm_device(ctx)
-    mine = torch.tensor([float(len(r)) for r in rows] + [float(v) for r in rows for v in r], dtype=torch.float64)
-    sizes = [torch.zeros(2, dtype=torch.int64, device=dev) for _ in range(ctx.world_size)]
-    dist.all_gather(sizes, torch.tensor([len(rows), mine.numel()], dtype=torch.int64, device=dev))
-    counts = [(int(s[0].item()), int(s[1].item())) for s in sizes]
-    longest = max(total for _, total in counts)
-    if longest == 0:
-        return [[] for _ in counts]
-    padded = torch.zeros(longest, dtype=torch.float64, device=dev)
-    padded[: mine.numel()] = mine.to(dev)
-    parts = [torch.empty(longest, dtype=torch.float64, device=dev) for _ in range(ctx.world_size)]
-    dist.all_gather(parts, padded)
-    out = []
-    for part, (n, total) in zip(parts, counts):
-        values = part[:total].cpu().tolist()
-        at, rank_rows = n, []
-        for length in values[:n]:
-            rank_rows.append(values[at: at + int(length)])
-            at += int(length)
-        out.append(rank_rows)
-    return out
 
 
 def full_state_dict(model: nn.Module, ctx: DistContext) -> dict[str, torch.Tensor]:

@@ -27,7 +27,7 @@ import torch
 
 from ludic_core.batching.collate import sampling_temperature
 from ludic_core.batching.saw import SAWItem
-from ludic_core.training.distributed import DistContext, all_gather_float_rows, all_reduce_sum
+from ludic_core.training.distributed import DistContext, all_gather_json, all_reduce_sum
 from ludic_core.training.scoring import PolicyScorer
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ def with_teacher_logprobs(teacher: Teacher, items: Sequence[SAWItem],
     (`teacher_seconds`: the call's wall time; `teacher_tokens`: the ids this rank's teacher read).
 
     Under torchrun every rank holds the whole batch, so each scores only `items[rank::world]` and the
-    ranks exchange the scores (`all_gather_float_rows`, bit-exact): every rank ends with all of them,
+    ranks exchange the scores (`all_gather_json`: a float's repr round-trips exactly): every rank ends with all of them,
     for 1/world of the teacher compute. The checks below then run on the full set on every rank alike."""
     t0 = time.perf_counter()
     if ctx is None or not ctx.is_distributed:
@@ -70,7 +70,7 @@ def with_teacher_logprobs(teacher: Teacher, items: Sequence[SAWItem],
             if error is not None:
                 raise error
             raise RuntimeError("the distillation teacher failed on another rank: its error is in that rank's log")
-        scores = _interleave(all_gather_float_rows(own, ctx), len(items))
+        scores = _interleave(all_gather_json([[float(v) for v in row] for row in own], ctx), len(items))
         tokens = sum(len(i) for i in mine)
     if len(scores) != len(items):
         raise ValueError(f"the teacher scored {len(scores)} items of {len(items)}")
