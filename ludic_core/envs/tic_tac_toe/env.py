@@ -256,14 +256,14 @@ class TicTacToeEnv(SingleAgentEnv):
         if index is None:
             return self._finish("illegal", {"illegal_move": True, "error": error})
         regret = move_regret(self._board, index + 1, self.agent_mark)
-        value = move_value(self._board, index + 1, self.agent_mark)
         shaping = -self.move_shaping * regret
-        self._board = _place(self._board, index, self.agent_mark)
+        before, self._board = self._board, _place(self._board, index, self.agent_mark)
         self._moves += 1
         result = _result(self._board, self.agent_mark)
         if result is not None:
             return self._finish(result, {"regret": regret}, shaping)
         if self.agent_moves is not None and self._moves >= self.agent_moves:
+            value = move_value(before, index + 1, self.agent_mark)
             return self._finish("cut", {"regret": regret, "value": value},
                                 shaping + self.outcome_weight * (value + 1) / 2)
         extra = {"opponent_move": self._opponent_move(), "regret": regret}
