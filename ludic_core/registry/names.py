@@ -45,7 +45,7 @@ GROUPS: dict[str, str] = {"env": "ludic.envs", "policy": "ludic.policies", "tool
 BUNDLED: dict[str, dict[str, str]] = {
     "env": {
         "tic_tac_toe": "ludic_core.envs.tic_tac_toe.env:TicTacToeEnv",
-        "tic_tac_toe_duel": "ludic_core.envs.tic_tac_toe.env:TicTacToeDuelEnv",
+        "tic_tac_toe_duel": "ludic_core.envs.tic_tac_toe.duel:TicTacToeDuelEnv",
         "arithmetic": "ludic_core.envs.arithmetic:ArithmeticEnv",
         "dataset_qa": "ludic_core.envs.dataset_file:dataset_qa_env",
         "code_exec": "ludic_core.envs.code_exec.env:CodeExecEnv",
