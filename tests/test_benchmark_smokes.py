@@ -69,6 +69,7 @@ SMOKES = [  # seconds: two runs on the 2-core machine beside other jobs
     smoke("lora_publish.py", "--vllm", marks=(heavy, vllm), timeout=600),  # 67-72 s
     smoke("teacher_student.py", marks=(heavy, vllm), timeout=600),  # 165-212 s
     smoke("distill_vs_sft.py", marks=heavy),        # 15-20 s: an untrained teacher, 2 steps per arm
+    smoke("distill_vs_sft.py", "--task", "count_bits", marks=heavy),  # 15-20 s: the reasoning-gym half
 ]
 
 #: scripts without a --smoke yet, and why (none today)

@@ -7,8 +7,16 @@ config has groups, the episode return otherwise). Unlike SFT on a teacher's
 samples it trains in the states the student itself reaches, mistakes included,
 and every token gets its own signal instead of one reward per episode.
 
+With `top_k` K the teacher says more at the same positions: its K likeliest
+tokens, and the loss is the exact reverse KL to them (plus one bucket for the
+rest of the vocabulary), differentiated directly rather than through the sampled
+token (`TopKDistillLoss`; GKD's full-distribution form, K = the vocabulary
+giving the full KL). On tic-tac-toe the sampled form did not move a weak
+student where SFT did (docs/results.md); the top-k form is the one to start from
+with an in-process teacher.
+
 The teacher is a model dir scored in-process or a vLLM server (prompt
-log-probs over the student's ids); either must share the student's tokenizer
+log-probs over the student's ids; sampled tokens only, so no `top_k`); either must share the student's tokenizer
 (`training/teacher.py` refuses another, naming it). The trainer scores each train
 step's items once, before its updates, and logs `teacher_seconds`.
 """
@@ -67,11 +75,21 @@ class OnPolicyDistillConfig(AlgorithmBase):
     clip_high: float = Field(0.2, ge=0.0)
     reuse: RolloutReuse = Field(RolloutReuse(), description="optimiser updates per generated batch: mini_batches x "
                                                             "epochs (default 1 x 1)")
+    top_k: int | None = bounded(None, ge=1, le=1 << 20,
+                                description="None: credit each sampled token by the teacher's log-ratio; K: the exact "
+                                            "reverse KL to the teacher's K likeliest tokens at each position (an "
+                                            "in-process teacher; K >= the vocabulary: the full KL)")
 
     @model_validator(mode="after")
     def _some_signal(self) -> OnPolicyDistillConfig:
         if self.teacher_coef == 0.0 and self.reward_coef == 0.0:
             raise ValueError("teacher_coef and reward_coef are both 0: nothing to learn from")
+        if self.top_k is not None and self.teacher.base_url is not None:
+            raise ValueError(f"top_k={self.top_k} reads the teacher's likeliest tokens at each position, which the "
+                             "vLLM teacher (base_url) does not give here: use an in-process teacher (model_path), "
+                             "or top_k None")
+        if self.top_k is not None and self.teacher_coef == 0.0:
+            raise ValueError(f"top_k={self.top_k} with teacher_coef 0: the teacher's distribution would weigh nothing")
         return self
 
     def samples_per_prompt(self) -> int:
@@ -84,7 +102,12 @@ class OnPolicyDistillConfig(AlgorithmBase):
         return self.teacher
 
     def build(self) -> RLAlgorithm:
-        loss = losses.OnPolicyDistillLoss(self.teacher_coef, self.reward_coef, self.clip_low, self.clip_high)
+        loss: losses.Loss
+        if self.top_k is None:
+            loss = losses.OnPolicyDistillLoss(self.teacher_coef, self.reward_coef, self.clip_low, self.clip_high)
+        else:
+            loss = losses.TopKDistillLoss(self.top_k, self.teacher_coef, self.reward_coef, self.clip_low,
+                                          self.clip_high)
         return RLAlgorithm(self.type, self._credit(), loss, reuse=self.reuse, group_size=self.group_size or 1)
 
     def _credit(self) -> CreditAssigner:

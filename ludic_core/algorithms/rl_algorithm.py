@@ -15,7 +15,7 @@ from ludic_core import losses
 from ludic_core.algorithms.reuse import RolloutReuse
 from ludic_core.batching.saw import SAWBatch, build_saw_batch
 from ludic_core.credit import CreditAssigner, RolloutFilter
-from ludic_core.losses.flags import wants_reference, wants_teacher
+from ludic_core.losses.flags import teacher_top_k, wants_reference, wants_teacher
 from ludic_core.rollout.strategies import GRPORequestStrategy, IdentityStrategy, RequestStrategy
 from ludic_core.types import Rollout
 
@@ -66,6 +66,11 @@ class RLAlgorithm:
     def requires_teacher(self) -> bool:
         """Whether the trainer must score every item with a distillation teacher (`Trainer(teacher=...)`)."""
         return wants_teacher(self.loss)
+
+    @property
+    def teacher_top_k(self) -> int | None:
+        """K when the loss reads the teacher's K likeliest tokens at each position (top-k distillation)."""
+        return teacher_top_k(self.loss)
 
     def request_strategy(self, seed: int | None = None) -> RequestStrategy:
         """How requests become episodes: `group_size` samples of each prompt sharing a group

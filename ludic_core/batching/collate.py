@@ -35,6 +35,9 @@ class MicroBatch:
     packed: "PackedRows | None" = None
     # [B, T] a distillation teacher's log-probs, aligned like actor_logprobs (None: no teacher)
     teacher_logprobs: torch.Tensor | None = None
+    # [B, T, K] top-k distillation: the teacher's K likeliest ids at each position and their log-probs
+    teacher_top_ids: torch.Tensor | None = None
+    teacher_top_logprobs: torch.Tensor | None = None
 
     @property
     def real_tokens(self) -> int:
@@ -74,7 +77,29 @@ def _pack(items: Sequence[SAWItem], pad_id: int) -> MicroBatch:
             if it.teacher_logprobs is None:
                 raise ValueError(f"item {it.meta} has no teacher log-probs beside items that have them")
             teacher[row, :len(it)] = torch.tensor(it.teacher_logprobs, dtype=torch.float32)
-    return MicroBatch(ids, attn, act, lps, weights, [it.meta for it in items], temps, teacher_logprobs=teacher)
+    top_ids, top_lps = _top_k(items, width)
+    return MicroBatch(ids, attn, act, lps, weights, [it.meta for it in items], temps, teacher_logprobs=teacher,
+                      teacher_top_ids=top_ids, teacher_top_logprobs=top_lps)
+
+
+def _top_k(items: Sequence[SAWItem], width: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The items' teacher top-k ids and log-probs as [B, width, K] tensors (zeros past an item's end)."""
+    if all(it.teacher_top_ids is None for it in items):
+        return None, None
+    if any(it.teacher_top_ids is None for it in items):
+        bad = next(it for it in items if it.teacher_top_ids is None)
+        raise ValueError(f"item {bad.meta} has no teacher top-k beside items that have them")
+    k = len(items[0].teacher_top_ids[0]) if len(items[0]) else 0  # type: ignore[index]
+    ids = torch.zeros((len(items), width, k), dtype=torch.long)
+    lps = torch.zeros((len(items), width, k), dtype=torch.float32)
+    for row, it in enumerate(items):
+        assert it.teacher_top_ids is not None and it.teacher_top_logprobs is not None
+        if len(it) and len(it.teacher_top_ids[0]) != k:
+            raise ValueError(f"item {it.meta} has the teacher's top {len(it.teacher_top_ids[0])} beside items with "
+                             f"its top {k}")
+        ids[row, :len(it)] = torch.tensor(it.teacher_top_ids, dtype=torch.long)
+        lps[row, :len(it)] = torch.tensor(it.teacher_top_logprobs, dtype=torch.float32)
+    return ids, lps
 
 
 def sampling_temperature(meta: dict[str, Any]) -> float:

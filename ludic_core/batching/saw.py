@@ -34,6 +34,11 @@ class SAWItem:
     actor_logprobs: list[float] | None = None  # aligned with input_ids, 0.0 off-action
     # a distillation teacher's log-probs of the same tokens, aligned likewise (set by the trainer)
     teacher_logprobs: list[float] | None = None
+    # under top-k distillation (set by the trainer): at each position the teacher's K likeliest next
+    # ids and their log-probs (entry k scores token k's position as `teacher_logprobs` does; zeros off the
+    # action mask)
+    teacher_top_ids: list[list[int]] | None = None
+    teacher_top_logprobs: list[list[float]] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.input_ids)
@@ -46,6 +51,14 @@ class SAWItem:
             raise ValueError(f"SAWItem actor_logprobs has {len(self.actor_logprobs)} entries for {n} tokens")
         if self.teacher_logprobs is not None and len(self.teacher_logprobs) != n:
             raise ValueError(f"SAWItem teacher_logprobs has {len(self.teacher_logprobs)} entries for {n} tokens")
+        if (self.teacher_top_ids is None) != (self.teacher_top_logprobs is None):
+            raise ValueError("SAWItem teacher_top_ids and teacher_top_logprobs come together")
+        if self.teacher_top_ids is not None and self.teacher_top_logprobs is not None:
+            widths = {len(row) for row in self.teacher_top_ids} | {len(row) for row in self.teacher_top_logprobs}
+            if len(self.teacher_top_ids) != n or len(self.teacher_top_logprobs) != n or len(widths) != 1:
+                raise ValueError(f"SAWItem teacher_top_ids/teacher_top_logprobs must be {n} rows of one width K, "
+                                 f"got {len(self.teacher_top_ids)}/{len(self.teacher_top_logprobs)} rows of widths "
+                                 f"{sorted(widths)}")
         if not math.isfinite(self.weight):
             raise ValueError(f"SAWItem weight must be finite, got {self.weight!r} ({self.meta})")
 
@@ -65,6 +78,8 @@ class SAWItem:
             "meta": self.meta,
             "actor_logprobs": self.actor_logprobs,
             **({"teacher_logprobs": self.teacher_logprobs} if self.teacher_logprobs is not None else {}),
+            **({"teacher_top_ids": self.teacher_top_ids, "teacher_top_logprobs": self.teacher_top_logprobs}
+               if self.teacher_top_ids is not None else {}),
         }
 
     @classmethod
@@ -81,6 +96,10 @@ class SAWItem:
             actor_logprobs=None if data.get("actor_logprobs") is None else [float(x) for x in data["actor_logprobs"]],
             teacher_logprobs=(None if data.get("teacher_logprobs") is None
                               else [float(x) for x in data["teacher_logprobs"]]),
+            teacher_top_ids=(None if data.get("teacher_top_ids") is None
+                             else [[int(x) for x in row] for row in data["teacher_top_ids"]]),
+            teacher_top_logprobs=(None if data.get("teacher_top_logprobs") is None
+                                  else [[float(x) for x in row] for row in data["teacher_top_logprobs"]]),
         )
 
 

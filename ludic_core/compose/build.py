@@ -73,6 +73,10 @@ def check_algorithm(cfg: AlgorithmConfig) -> None:
     if built.requires_teacher and teacher is None:
         raise ValueError(f"algorithm {cfg.type!r}: its loss reads a distillation teacher's log-probs "
                          "(needs_teacher_logprobs): name one in algorithm.teacher (a model_path or a base_url)")
+    if built.teacher_top_k is not None and teacher is not None and teacher.base_url is not None:
+        raise ValueError(f"algorithm {cfg.type!r}: its loss reads the teacher's top {built.teacher_top_k} tokens at "
+                         "each position, which a vLLM teacher (algorithm.teacher.base_url) does not give here: name "
+                         "an in-process teacher (algorithm.teacher.model_path)")
     if teacher is not None and teacher.model_path is not None:
         path = Path(teacher.model_path)
         if not ((path / "config.json").is_file() or (path / "adapter_config.json").is_file()):

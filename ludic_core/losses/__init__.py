@@ -32,7 +32,12 @@ if TYPE_CHECKING:
     from ludic_core.losses.clipped_surrogate import ClippedSurrogateLoss
     from ludic_core.losses.composite import CompositeLoss
     from ludic_core.losses.cross_entropy import MaskedCrossEntropyLoss
-    from ludic_core.losses.distillation import OnPolicyDistillLoss, distillation_advantages
+    from ludic_core.losses.distillation import (
+        OnPolicyDistillLoss,
+        TopKDistillLoss,
+        distillation_advantages,
+        top_k_reverse_kl,
+    )
     from ludic_core.losses.entropy import EntropyBonus, token_entropy
     from ludic_core.losses.gspo import GSPOLoss
     from ludic_core.losses.kl import TokenKLLoss
@@ -66,7 +71,9 @@ __all__ = [
     "ReinforceBaselineLoss",
     "ReinforceLoss",
     "TokenKLLoss",
+    "TopKDistillLoss",
     "distillation_advantages",
+    "top_k_reverse_kl",
     "linear_token_logprobs",
     "token_entropy",
     "token_logprobs",
@@ -85,6 +92,8 @@ _SOURCE = {
     "MaskedCrossEntropyLoss": "cross_entropy",
     "OnPolicyDistillLoss": "distillation",
     "distillation_advantages": "distillation",
+    "TopKDistillLoss": "distillation",
+    "top_k_reverse_kl": "distillation",
     "ReinforceBaselineLoss": "reinforce_baseline",
     "ReinforceLoss": "reinforce",
     "TokenKLLoss": "kl",

@@ -40,6 +40,10 @@ class LossInputs:
     batch_mean_advantage: float = 0.0  # mean SAWItem.weight over the whole optimizer step
     ref_logprobs: torch.Tensor | None = None  # [B, T] under the frozen reference model, when a term needs it
     teacher_logprobs: torch.Tensor | None = None  # [B, T] under a distillation teacher, when a term needs it
+    # [B, T, K] under a loss declaring `teacher_top_k` K: the teacher's log-probs of its K likeliest
+    # tokens at each position, and the student's log-probs of the same tokens (with grad)
+    teacher_top_logprobs: torch.Tensor | None = None
+    student_top_logprobs: torch.Tensor | None = None
 
 
 @dataclass
@@ -72,7 +76,9 @@ class Loss(Protocol):
     # loudly in `masked_reference_log_ratio`).
     # Optional: `needs_teacher_logprobs = True` makes the trainer score every item with the
     # distillation teacher it was given (`Trainer(teacher=...)`) and fill `inputs.teacher_logprobs`
-    # (read with `wants_teacher`; undeclared means False).
+    # (read with `wants_teacher`; undeclared means False). `teacher_top_k = K` (an int) also fills
+    # `inputs.teacher_top_logprobs` and `inputs.student_top_logprobs`: both distributions over the
+    # teacher's K likeliest tokens at each position (read with `teacher_top_k`; undeclared means None).
     # Optional: `inert_at_zero_advantage = True` promises that an item whose
     # advantage is exactly 0 adds exactly 0 to the loss and its gradient, given the
     # step totals (`num_tokens`, `num_sequences`, `batch_mean_advantage`) that still
@@ -115,6 +121,10 @@ def check_inputs(inputs: LossInputs) -> None:
         other = tuple(getattr(inputs, name).shape)
         if other != shape:
             raise ValueError(f"{name} has shape {other}, logprobs has {shape}")
+    for name in ("teacher_top_logprobs", "student_top_logprobs"):
+        top = getattr(inputs, name)
+        if top is not None and (top.dim() != 3 or tuple(top.shape[:2]) != shape):
+            raise ValueError(f"{name} must be [B, T, K] with [B, T]={shape}, got {tuple(top.shape)}")
     if tuple(inputs.advantages.shape) != shape[:1]:
         raise ValueError(
             f"advantages must be [B]={shape[:1]} (one per sequence), "

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ludic_core.losses.base import Loss, LossInputs, LossOutputs, declared, is_inert, wants_reference, wants_teacher
+from ludic_core.losses.flags import teacher_top_k
 
 __all__ = ["CompositeLoss"]
 
@@ -23,6 +24,7 @@ class CompositeLoss:
     Metrics: every term's metric as "<name>/<metric>" plus "<name>/loss" (the
     term's unweighted loss). `needs_entropy`, `needs_actor_logprobs`,
     `needs_reference_logprobs` and `needs_teacher_logprobs` are true if any term needs it;
+    `teacher_top_k` is the terms' one K (two different Ks are refused);
     `inert_at_zero_advantage` only if every term is (a KL or entropy term is not).
     """
 
@@ -31,6 +33,7 @@ class CompositeLoss:
     needs_actor_logprobs: bool = field(init=False)
     needs_reference_logprobs: bool = field(init=False)
     needs_teacher_logprobs: bool = field(init=False)
+    teacher_top_k: int | None = field(init=False)
     inert_at_zero_advantage: bool = field(init=False)
 
     def __post_init__(self) -> None:
@@ -44,6 +47,10 @@ class CompositeLoss:
         self.needs_actor_logprobs = any(declared(term, "needs_actor_logprobs") for _, term, _ in self.terms)
         self.needs_reference_logprobs = any(wants_reference(term) for _, term, _ in self.terms)
         self.needs_teacher_logprobs = any(wants_teacher(term) for _, term, _ in self.terms)
+        ks = {k for _, term, _ in self.terms if (k := teacher_top_k(term)) is not None}
+        if len(ks) > 1:
+            raise ValueError(f"terms read the teacher's top K for different K {sorted(ks)}: one scoring serves them all")
+        self.teacher_top_k = ks.pop() if ks else None
         self.inert_at_zero_advantage = all(is_inert(term) for _, term, _ in self.terms)
 
     def __call__(self, inputs: LossInputs) -> LossOutputs:

@@ -18,6 +18,21 @@ the student's samples is the reverse KL KL(pi_student || pi_teacher).
 The objective is PPO's clipped surrogate with these per-token advantages, so with
 one update per batch (ratio 1) its gradient is sum_t A_t grad log pi(y_t), and
 reused batches are kept near the sampler.
+
+`TopKDistillLoss` (GKD's full-distribution variant) reads more of the teacher at the
+same positions: its K likeliest tokens, and one bucket for the rest of the
+vocabulary, and minimises the exact reverse KL between the two distributions over
+those K + 1 outcomes,
+
+    KL_t = sum_k p_s(k) (log p_s(k) - log p_t(k)) + r_s (log r_s - log r_t),
+
+r = 1 - sum_k p(k) the mass off the teacher's top K (K = the vocabulary: the full
+reverse KL). It is differentiated directly, not through a sampled token, so one
+sampled reply teaches the teacher's whole preference at every position, where the
+sampled log-ratio gives one noisy number per token (measured on tic-tac-toe:
+docs/results.md, "On-policy distillation against SFT"). The bucket keeps the student
+from parking mass on tokens the teacher's top K leave out, which a KL renormalised
+over the top K alone would not see.
 """
 
 from __future__ import annotations
@@ -40,7 +55,7 @@ from ludic_core.losses.base import (
 )
 from ludic_core.losses.clip import check_clip_range, clipped_objective
 
-__all__ = ["OnPolicyDistillLoss", "distillation_advantages"]
+__all__ = ["OnPolicyDistillLoss", "TopKDistillLoss", "distillation_advantages", "top_k_reverse_kl"]
 
 
 def distillation_advantages(inputs: LossInputs, teacher_coef: float, reward_coef: float) -> torch.Tensor:
@@ -101,4 +116,70 @@ class OnPolicyDistillLoss:
             "ratio_max": masked_extreme(ratio, mask, "max"),
             "ratio_min": masked_extreme(ratio, mask, "min"),
         }
+        return LossOutputs(loss=reduce_tokens(values, inputs, self.reduction), metrics=metrics)
+
+
+#: The smallest off-top-K mass a log is taken of (K = the vocabulary leaves none).
+_TAIL_FLOOR = 1e-12
+
+
+def top_k_reverse_kl(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """KL(student || teacher) [...] over K tokens and the rest of the vocabulary as one more outcome,
+    from log-probs [..., K] of the same K tokens (the teacher's: detached). Exact for K = the
+    vocabulary (the rest is then empty and adds 0)."""
+    teacher = teacher.detach()
+    p_s = student.exp()
+    rest_s = (1.0 - p_s.sum(-1)).clamp_min(_TAIL_FLOOR)
+    rest_t = (1.0 - teacher.exp().sum(-1)).clamp_min(_TAIL_FLOOR)
+    return (p_s * (student - teacher)).sum(-1) + rest_s * (rest_s.log() - rest_t.log())
+
+
+@dataclass
+class TopKDistillLoss:
+    """Per-token value teacher_coef * KL_t (`top_k_reverse_kl` over the teacher's `teacher_top_k`
+    likeliest tokens), minus, with `reward_coef` > 0, the clipped surrogate of the env's credit
+    (reward_coef x the item's weight, as in `OnPolicyDistillLoss`). Metrics: `teacher_kl` (the mean
+    KL_t, the quantity driven down), `sampled_teacher_kl` (the sampled tokens' log-ratio, as
+    `OnPolicyDistillLoss` reports it: the two losses' runs compare on it), `teacher_top_mass`."""
+
+    teacher_top_k: int = 64
+    teacher_coef: float = 1.0
+    reward_coef: float = 0.0
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    reduction: Reduction = "token"
+    needs_entropy: ClassVar[bool] = False
+    needs_actor_logprobs: ClassVar[bool] = True  # the student is scored at the temperature it sampled at
+    needs_teacher_logprobs: ClassVar[bool] = True
+    inert_at_zero_advantage: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        check_clip_range(self.clip_low, self.clip_high)
+        if isinstance(self.teacher_top_k, bool) or not isinstance(self.teacher_top_k, int) or self.teacher_top_k < 1:
+            raise ValueError(f"teacher_top_k must be an int >= 1, got {self.teacher_top_k!r}")
+        if self.teacher_coef <= 0.0 or self.reward_coef < 0.0:
+            raise ValueError(f"teacher_coef must be > 0 and reward_coef >= 0, got {self.teacher_coef} and "
+                             f"{self.reward_coef}")
+
+    def __call__(self, inputs: LossInputs) -> LossOutputs:
+        check_inputs(inputs)
+        if inputs.teacher_top_logprobs is None or inputs.student_top_logprobs is None:
+            raise ValueError("top-k distillation reads the teacher's and the student's log-probs of the teacher's "
+                             "top tokens, but inputs.teacher_top_logprobs or inputs.student_top_logprobs is None: "
+                             "the trainer fills them for a loss declaring teacher_top_k, given a teacher")
+        on = inputs.mask > 0
+        kl = top_k_reverse_kl(inputs.student_top_logprobs, inputs.teacher_top_logprobs)
+        values = torch.where(on, self.teacher_coef * kl, torch.zeros_like(kl))
+        metrics: dict[str, torch.Tensor | float] = {
+            "teacher_kl": masked_mean(kl, inputs.mask),
+            "teacher_top_mass": masked_mean(inputs.teacher_top_logprobs.detach().exp().sum(-1), inputs.mask),
+        }
+        if inputs.teacher_logprobs is not None:
+            metrics["sampled_teacher_kl"] = masked_mean(inputs.old_logprobs - inputs.teacher_logprobs, inputs.mask)
+        if self.reward_coef > 0.0:
+            adv = torch.where(on, (self.reward_coef * sequence_advantages(inputs)).to(kl.dtype), torch.zeros_like(kl))
+            ratio = torch.exp(masked_log_ratio(inputs))
+            surrogate, clipped = clipped_objective(ratio, adv, self.clip_low, self.clip_high)
+            values = values + torch.where(on, surrogate, torch.zeros_like(surrogate))
+            metrics["clip_frac"] = masked_mean(clipped.float(), inputs.mask)
         return LossOutputs(loss=reduce_tokens(values, inputs, self.reduction), metrics=metrics)

@@ -2,16 +2,17 @@
 
 `Loss` (losses/base.py) requires `needs_entropy` and `needs_actor_logprobs`
 (`declared` refuses a loss that leaves one out: guessing False for a ratio loss
-would silently compare its log-probs against zeros). Three flags are optional,
-and undeclared means False: `inert_at_zero_advantage` (`is_inert`),
-`needs_reference_logprobs` (`wants_reference`) and `needs_teacher_logprobs` (`wants_teacher`). They are plain attributes, not
+would silently compare its log-probs against zeros). Four flags are optional,
+and undeclared means False (or None): `inert_at_zero_advantage` (`is_inert`),
+`needs_reference_logprobs` (`wants_reference`), `needs_teacher_logprobs` (`wants_teacher`)
+and `teacher_top_k` (`teacher_top_k`). They are plain attributes, not
 methods, so a user's loss stays a dataclass with a `__call__`; reading them
 here, not at each use, keeps one default for each.
 """
 
 from __future__ import annotations
 
-__all__ = ["declared", "is_inert", "wants_reference", "wants_teacher"]
+__all__ = ["declared", "is_inert", "wants_reference", "wants_teacher", "teacher_top_k"]
 
 
 def declared(loss: object, flag: str) -> bool:
@@ -41,3 +42,15 @@ def wants_teacher(loss: object) -> bool:
     """Whether `loss` declares `needs_teacher_logprobs = True` (on-policy distillation); undeclared
     reads as False: the loss then gets no `teacher_logprobs`."""
     return bool(getattr(loss, "needs_teacher_logprobs", False))
+
+
+def teacher_top_k(loss: object) -> int | None:
+    """The k of a loss that reads the teacher's k likeliest tokens at each position and the student's
+    log-probs of the same tokens (`teacher_top_k: int`, full-distribution distillation); None when
+    undeclared: the loss then gets neither."""
+    k = getattr(loss, "teacher_top_k", None)
+    if k is None:
+        return None
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"loss {type(loss).__name__} declares teacher_top_k={k!r}: an int >= 1, or None")
+    return k

@@ -100,6 +100,7 @@ BUNDLED: dict[str, dict[str, str]] = {
         "cross_entropy": "ludic_core.losses.cross_entropy:MaskedCrossEntropyLoss",
         "kl": "ludic_core.losses.kl:TokenKLLoss",
         "distillation": "ludic_core.losses.distillation:OnPolicyDistillLoss",
+        "distillation_top_k": "ludic_core.losses.distillation:TopKDistillLoss",
         "entropy": "ludic_core.losses.entropy:EntropyBonus",
     },
 }

@@ -16,6 +16,7 @@ import torch
 from ludic_core.batching.collate import MicroBatch
 from ludic_core.batching.packing import unpack
 from ludic_core.training.micro_batches import MicroBatcher, to_device
+from ludic_core.training.scoring import TokenScores
 
 __all__ = ["PackedScoring", "PaddedScoring"]
 
@@ -31,7 +32,9 @@ class PaddedScoring:
         self.found: dict[int, tuple[torch.Tensor, Any]] = {}  # by start: the policy and a KL reference share them
         self.shared_positions = 0
 
-    def __call__(self, scorer: Any, start: int, need_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def __call__(self, scorer: Any, start: int, need_entropy: bool,
+                 top_ids: torch.Tensor | None = None) -> TokenScores:
+        """`PolicyScorer.score`'s scores of the micro-batch (with `top_ids`, of those ids too)."""
         mb = self.mb
         if start not in self.found:  # only the action tokens' positions are scored (found on the host: no sync)
             at = torch.zeros(mb.input_ids[:, start:].shape, dtype=torch.bool)
@@ -42,8 +45,9 @@ class PaddedScoring:
             self.found[start] = (to_device(at.flatten().nonzero().squeeze(1), self.device), plan)
         positions, plan = self.found[start]
         if plan is not None and scorer.can_share:
-            return scorer.shared_prefix_logprobs(plan, self.ids, start, self.temps, need_entropy, positions)
-        return scorer(self.ids, self.attention, start, self.temps, need_entropy, positions=positions)
+            return scorer.shared_prefix_scores(plan, self.ids, start, self.temps, need_entropy, positions, top_ids)
+        return scorer.score(self.ids, self.attention, start, self.temps, need_entropy, positions=positions,
+                            top_ids=top_ids)
 
 
 class PackedScoring:
@@ -59,7 +63,10 @@ class PackedScoring:
         self.index = to_device(rows.index, device)
         self.temps = to_device(rows.temperatures, device) if tempered else None
 
-    def __call__(self, scorer: Any, start: int, need_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def __call__(self, scorer: Any, start: int, need_entropy: bool,
+                 top_ids: torch.Tensor | None = None) -> TokenScores:
+        if top_ids is not None:  # the trainer refuses packing with such a loss; this says why if it is reached
+            raise ValueError("top-k distillation scores padded rows only: set trainer.packing false")
         logprobs, entropy = scorer(self.ids, None, 0, self.temps, need_entropy, position_ids=self.pos)
-        return (unpack(logprobs, self.index)[:, start:],
-                unpack(entropy, self.index)[:, start:] if entropy is not None else None)
+        return TokenScores(unpack(logprobs, self.index)[:, start:],
+                           unpack(entropy, self.index)[:, start:] if entropy is not None else None)

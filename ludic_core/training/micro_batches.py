@@ -207,4 +207,4 @@ def _zero_weight_copy(mb: MicroBatch) -> MicroBatch:
     """A micro-batch that contributes nothing (keeps FSDP ranks in lock-step)."""
     return MicroBatch(mb.input_ids, mb.attention_mask, torch.zeros_like(mb.action_mask),
                       mb.actor_logprobs, torch.zeros_like(mb.weights), [{"_pad": True}],
-                      mb.temperatures, mb.packed, mb.teacher_logprobs)
+                      mb.temperatures, mb.packed, mb.teacher_logprobs, mb.teacher_top_ids, mb.teacher_top_logprobs)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -32,7 +32,16 @@ from ludic_core.device import attention_backends
 from ludic_core.losses import linear_token_logprobs, token_entropy, token_logprobs
 from ludic_core.training.shared_prefix import SharedPrefix
 
-__all__ = ["PolicyScorer"]
+__all__ = ["PolicyScorer", "TokenScores"]
+
+
+class TokenScores(NamedTuple):
+    """A micro-batch's scores [B, T'] from one forward: the tokens' log-probs, their entropies
+    (when asked) and, for top-k distillation, the log-probs of the asked ids [B, T', K]."""
+
+    logprobs: torch.Tensor
+    entropy: torch.Tensor | None = None
+    top: torch.Tensor | None = None
 
 log = logging.getLogger(__name__)
 
@@ -78,12 +87,24 @@ class PolicyScorer:
                  temperatures: torch.Tensor | None, need_entropy: bool,
                  position_ids: torch.Tensor | None = None,
                  positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(log-probs, entropies) of `score`."""
+        scores = self.score(ids, attention_mask, start, temperatures, need_entropy, position_ids, positions)
+        return scores.logprobs, scores.entropy
+
+    def score(self, ids: torch.Tensor, attention_mask: torch.Tensor | None, start: int,
+              temperatures: torch.Tensor | None, need_entropy: bool,
+              position_ids: torch.Tensor | None = None,
+              positions: torch.Tensor | None = None,
+              top_ids: torch.Tensor | None = None) -> TokenScores:
         """[B, T-1-start] log-probs of ids[:, start+1:] (and entropies of the same positions).
 
         Packed rows (`batching.packing`) come with `position_ids` and no attention
         mask, and with one temperature per position ([B, T]) instead of per row.
         `positions` (flat indices into the [B, T-start] grid) limits the log-probs to those
-        positions where log-probs come from hidden states; the others read 0."""
+        positions where log-probs come from hidden states; the others read 0.
+        Given `top_ids` [B, T-1-start, K] (top-k distillation: the teacher's likeliest ids at
+        each position), `top` holds the log-probs of those ids [B, T-1-start, K], from logits
+        of the scored positions only (`positions`, when given)."""
         if temperatures is not None and temperatures.dim() == 2:
             temperatures = temperatures[:, start:]
         inputs = {"input_ids": ids, "attention_mask": attention_mask, **self.no_cache}
@@ -92,8 +113,9 @@ class PolicyScorer:
         if self.head is not None:
             hidden = self._hidden_states(inputs)
             if hidden is not None:
-                return self._from_hidden(hidden[:, start:], ids[:, start:], temperatures, need_entropy, positions)
-        return self._from_logits(inputs, start, temperatures, need_entropy)
+                return self._from_hidden(hidden[:, start:], ids[:, start:], temperatures, need_entropy, positions,
+                                         top_ids)
+        return self._from_logits(inputs, start, temperatures, need_entropy, top_ids)
 
     def _autocast(self) -> torch.autocast:
         return torch.autocast(self.device_type, dtype=self.compute_dtype, enabled=self.compute_dtype != torch.float32)
@@ -130,6 +152,13 @@ class PolicyScorer:
     def shared_prefix_logprobs(self, plan: SharedPrefix, ids: torch.Tensor, start: int,
                                temperatures: torch.Tensor | None, need_entropy: bool,
                                positions: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(log-probs, entropies) of `shared_prefix_scores`."""
+        scores = self.shared_prefix_scores(plan, ids, start, temperatures, need_entropy, positions)
+        return scores.logprobs, scores.entropy
+
+    def shared_prefix_scores(self, plan: SharedPrefix, ids: torch.Tensor, start: int,
+                             temperatures: torch.Tensor | None, need_entropy: bool,
+                             positions: torch.Tensor | None, top_ids: torch.Tensor | None = None) -> TokenScores:
         """`__call__`'s result for a padded micro-batch, its shared prompts run once (`plan`, on the
         device): the prompts forward with a KV cache, each row's completion against its prompt's."""
         captured: list[Any] = []
@@ -150,13 +179,13 @@ class PolicyScorer:
         prompt, own = (o.last_hidden_state if hasattr(o, "last_hidden_state") else o[0] for o in captured[-2:])
         flat = torch.cat((prompt.reshape(-1, prompt.shape[-1]), own.reshape(-1, own.shape[-1]),
                           own.new_zeros((1, own.shape[-1]))))
-        return self._from_hidden(flat[plan.gather], ids[:, start:], temperatures, need_entropy, positions)
+        return self._from_hidden(flat[plan.gather], ids[:, start:], temperatures, need_entropy, positions, top_ids)
 
     def _give_up(self, why: str) -> None:
         log.warning("%s: %s; scoring from its full logits instead", type(self.model).__name__, why)
         self.head = None
 
-    def _from_hidden(self, hidden, ids, temperatures, need_entropy, positions=None):
+    def _from_hidden(self, hidden, ids, temperatures, need_entropy, positions=None, top_ids=None) -> TokenScores:
         logprobs = linear_token_logprobs(hidden, self.head.weight, self.head.bias, ids, temperatures=temperatures,
                                          chunk_tokens=self.chunk_tokens, compute_dtype=self.compute_dtype,
                                          positions=positions)
@@ -165,9 +194,29 @@ class PolicyScorer:
             with self._autocast():
                 logits = self.head(hidden[:, :-1])
             entropy = token_entropy(_scaled(logits, temperatures))
-        return logprobs, entropy
+        top = None if top_ids is None else self._top_from_hidden(hidden[:, :-1], temperatures, positions, top_ids)
+        return TokenScores(logprobs, entropy, top)
 
-    def _from_logits(self, inputs, start, temperatures, need_entropy):
+    def _top_from_hidden(self, hidden: torch.Tensor, temperatures: torch.Tensor | None,
+                         positions: torch.Tensor | None, top_ids: torch.Tensor) -> torch.Tensor:
+        """log pi(top_ids) [B, W, K] from hidden states [B, W, H], projecting the scored positions only
+        (a [positions, vocabulary] logits tensor, not [B, W, vocabulary]); the others read 0."""
+        batch, width = hidden.shape[:2]
+        if positions is None:
+            rows = torch.arange(batch, device=hidden.device).repeat_interleave(width)
+            cols = torch.arange(width, device=hidden.device).repeat(batch)
+        else:  # flat indices into the [B, W + 1] grid, whose last column never scores
+            rows, cols = positions // (width + 1), positions % (width + 1)
+        with self._autocast():
+            logits = self.head(hidden[rows, cols])
+        logits = logits.float()
+        if temperatures is not None:
+            t = temperatures.to(logits.device)
+            logits = logits / (t[rows] if t.dim() == 1 else t[rows, cols])[:, None]
+        top = torch.log_softmax(logits, -1).gather(-1, top_ids[rows, cols])
+        return top.new_zeros((batch, width, top.shape[-1])).index_put((rows, cols), top)
+
+    def _from_logits(self, inputs, start, temperatures, need_entropy, top_ids=None) -> TokenScores:
         ids = inputs["input_ids"]
         kwargs = {"logits_to_keep": ids.shape[1] - start} if self.keeps_logits and start else {}
         with self._forward_context():
@@ -175,7 +224,10 @@ class PolicyScorer:
         logits = logits[:, -(ids.shape[1] - start):]  # models that ignore logits_to_keep
         entropy = token_entropy(_scaled(logits[:, :-1], temperatures)) if need_entropy else None
         logprobs = token_logprobs(logits, ids[:, start:], temperatures=temperatures, chunk_tokens=self.chunk_tokens)
-        return logprobs, entropy
+        top = None
+        if top_ids is not None:
+            top = torch.log_softmax(_scaled(logits[:, :-1].float(), temperatures), -1).gather(-1, top_ids)
+        return TokenScores(logprobs, entropy, top)
 
 
 def _scaled(logits: torch.Tensor, temperatures: torch.Tensor | None) -> torch.Tensor:

@@ -82,6 +82,9 @@ class Trainer:
             raise ValueError(f"{algorithm.name} scores every item with a distillation teacher: pass "
                              "Trainer(teacher=...) (training/teacher.py builds one from the algorithm's teacher)")
         self.teacher = teacher if algorithm.requires_teacher else None
+        if algorithm.teacher_top_k is not None and config.packing:
+            raise ValueError(f"{algorithm.name} reads the teacher's top {algorithm.teacher_top_k} tokens at each "
+                             "position, which is scored on padded rows only: set trainer.packing false")
         self.cfg = config
         torch.manual_seed(config.seed)
         random.seed(config.seed)
@@ -193,22 +196,26 @@ class Trainer:
         loss_fn = self.algorithm.loss
         score = (PackedScoring(mb, device, temps is not None) if mb.packed is not None
                  else PaddedScoring(mb, self.batcher, device, temps))
-        logprobs, entropy = score(self.scorer, start, loss_fn.needs_entropy)
+        top_ids = None if mb.teacher_top_ids is None else to_device(mb.teacher_top_ids[:, start + 1:], device)
+        scored = score(self.scorer, start, loss_fn.needs_entropy, top_ids)
         inputs = LossInputs(
-            logprobs=logprobs,
+            logprobs=scored.logprobs,
             old_logprobs=to_device(mb.actor_logprobs[:, start + 1:], device),
             mask=to_device(mb.action_mask[:, start + 1:], device),
             advantages=to_device(mb.weights, device),
             num_tokens=totals["tokens"],
             num_sequences=totals["sequences"],
-            entropy=entropy,
+            entropy=scored.entropy,
             batch_mean_advantage=totals["mean_weight"],
             teacher_logprobs=(None if mb.teacher_logprobs is None
                               else to_device(mb.teacher_logprobs[:, start + 1:], device)),
+            teacher_top_logprobs=(None if mb.teacher_top_logprobs is None
+                                  else to_device(mb.teacher_top_logprobs[:, start + 1:], device)),
+            student_top_logprobs=scored.top,
         )
         if self.ref_scorer is not None:
             with torch.no_grad():
-                inputs.ref_logprobs, _ = score(self.ref_scorer, start, False)
+                inputs.ref_logprobs = score(self.ref_scorer, start, False).logprobs
         self._shared_positions += score.shared_positions
         out = loss_fn(inputs)
         return out.loss, out.metrics
@@ -227,7 +234,8 @@ class Trainer:
         items, stale = self._filter(batch)
         teacher_metrics: dict[str, float] = {}
         if self.teacher is not None:  # once per step: every update of the batch reads the same scores
-            items, teacher_metrics = with_teacher_logprobs(self.teacher, items, self.ctx)
+            items, teacher_metrics = with_teacher_logprobs(self.teacher, items, self.ctx,
+                                                           top_k=self.algorithm.teacher_top_k)
         plan = plan_updates(items, [i.meta.get("group_id") for i in items], mini_batches=self.reuse.mini_batches,
                             epochs=self.reuse.epochs, seed=self.cfg.seed * 1_000_003 + self.step) or [[]]
         self._shared_positions, mbs, per_update = 0, [], []

@@ -1,11 +1,12 @@
 """torchrun worker for test_teacher_ranks.py: a distillation teacher's scoring split over 2 gloo ranks.
 
-usage: _worker_teacher.py OUT_DIR [share|fail]
+usage: _worker_teacher.py OUT_DIR [share|top_k|fail]
 
 Each rank has `with_teacher_logprobs` score the whole batch with a `Recording` teacher and writes
 OUT_DIR/rank<R>.json: the items its teacher was asked for, every item's teacher log-probs as it
 ended with them, and the cost metrics. `fail`: rank 1's teacher raises; each rank writes the error
-it got (rank 0 must get one too, not hang in the exchange).
+it got (rank 0 must get one too, not hang in the exchange). `top_k`: as `share`, with the teacher's
+top-2 ids and log-probs at each position too.
 """
 
 from __future__ import annotations
@@ -42,6 +43,20 @@ class Recording:
                  for k, m in enumerate(item.action_mask)] for i, item in ((it.meta["i"], it) for it in batch)]
 
 
+    def score_top_k(self, batch, k):
+        """The sampled log-probs as `score` gives them, and k ids and log-probs that depend on the item
+        and the position alone (one below the floor)."""
+        sampled = self.score(batch)
+        out = []
+        for item, values in zip(batch, sampled):
+            i = item.meta["i"]
+            ids = [[(i + p + j) % 50 for j in range(k)] if m else [0] * k for p, m in enumerate(item.action_mask)]
+            lps = [[-(i + 1) / 7 - j - (50.0 if p == 3 else 0.0) for j in range(k)] if m else [0.0] * k
+                   for p, m in enumerate(item.action_mask)]
+            out.append((values, ids, lps))
+        return out
+
+
 class Failing(Recording):
     """Rank 1's teacher raises (a server error, an item too long): rank 0 must not wait for its scores."""
 
@@ -68,10 +83,11 @@ def main(out_dir: str, mode: str = "share") -> None:
         cleanup(ctx)
         return
     teacher = Recording()
-    scored, metrics = with_teacher_logprobs(teacher, items(), ctx)
+    scored, metrics = with_teacher_logprobs(teacher, items(), ctx, top_k=2 if mode == "top_k" else None)
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     (Path(out_dir) / f"rank{ctx.rank}.json").write_text(json.dumps(
-        {"asked": teacher.asked, "teacher_logprobs": [i.teacher_logprobs for i in scored], "metrics": metrics}))
+        {"asked": teacher.asked, "teacher_logprobs": [i.teacher_logprobs for i in scored], "metrics": metrics,
+         "top_ids": [i.teacher_top_ids for i in scored], "top_logprobs": [i.teacher_top_logprobs for i in scored]}))
     cleanup(ctx)
 
 

@@ -52,3 +52,17 @@ def test_two_ranks_each_score_their_share_and_all_get_every_score(tmp_path):
         assert rank["teacher_logprobs"] == [i.teacher_logprobs for i in one]  # bit-identical, floor applied
         assert rank["metrics"]["teacher_tokens"] == sum(len(items[i]) for i in share)
     assert min(min(lp) for lp in ranks[0]["teacher_logprobs"]) == -30.0
+
+
+@pytest.mark.slow
+def test_two_ranks_exchange_the_teachers_top_k_exactly(tmp_path):
+    ranks = _two_ranks(tmp_path, "top_k")
+    spec = importlib.util.spec_from_file_location("_worker_teacher", WORKER)
+    worker = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(worker)
+    one, _ = with_teacher_logprobs(worker.Recording(), worker.items(), top_k=2)
+    for rank in ranks:
+        assert rank["teacher_logprobs"] == [i.teacher_logprobs for i in one]
+        assert rank["top_ids"] == [i.teacher_top_ids for i in one]
+        assert rank["top_logprobs"] == [i.teacher_top_logprobs for i in one]  # bit-identical, floor applied
+    assert min(v for item in ranks[1]["top_logprobs"] for row in item for v in row) == -30.0

@@ -88,8 +88,8 @@ def test_shared_prompts_leave_the_step_unchanged(tiny_model_dir, name, multi_tur
         if tr.ref_scorer is not None:  # its head verified now (else on its first micro-batch), so it shares too
             with torch.no_grad():
                 tr.ref_scorer(torch.tensor([batch.items[0].input_ids]), None, 0, None, False)
-            shared_call = tr.ref_scorer.shared_prefix_logprobs
-            tr.ref_scorer.shared_prefix_logprobs = lambda *a, **k: ref_shared.append(1) or shared_call(*a, **k)
+            shared_call = tr.ref_scorer.shared_prefix_scores
+            tr.ref_scorer.shared_prefix_scores = lambda *a, **k: ref_shared.append(1) or shared_call(*a, **k)
         steps[share] = _step_with_grads(tr)  # the first step: from the same weights, and already shared
         assert len(ref_shared) == (1 if share and name == "grpo_kl" else 0)
     (on, g_on), (off, g_off) = steps[True], steps[False]
