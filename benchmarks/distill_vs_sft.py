@@ -196,7 +196,8 @@ def run_seed(a: argparse.Namespace, task: Task, seed: int, teacher: str, data_pa
     rows += arm(task, "sft", start, out, SFTConfig(), data, _marks(a.sft_steps, a.evals), sft_trainer,
                 a.eval_episodes)
     opd = OnPolicyDistillConfig(teacher=DistillTeacher(model_path=teacher), top_k=a.opd_top_k or None)
-    opd_trainer = RL_TRAINER.model_copy(update={"seed": seed, "lr": a.opd_lr, "max_seq_len": 1024})
+    opd_trainer = RL_TRAINER.model_copy(update={"seed": seed, "lr": a.opd_lr, "max_seq_len": 1024,
+                                                "warmup_steps": a.opd_warmup})
     rollouts = RolloutData(env=task.env, agent=task.agent, requests_per_step=a.opd_requests)
     rows += arm(task, "distill", start, out, opd, rollouts, _marks(a.opd_steps, a.evals), opd_trainer,
                 a.eval_episodes)
@@ -230,22 +231,26 @@ def main() -> None:
     ap.add_argument("--games", type=int, default=1024, help="teacher episodes sampled for SFT (kept by the task's "
                                                             "rule)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--warm-steps", type=int, default=100)
+    ap.add_argument("--warm-steps", type=int, default=300, help="the start's SFT steps (100 left a student that "
+                                                                 "barely reads the board: docs/results.md)")
     ap.add_argument("--sft-steps", type=int, default=300)
     ap.add_argument("--sft-lr", type=float, default=1e-3)
-    ap.add_argument("--opd-steps", type=int, default=60)
+    ap.add_argument("--opd-steps", type=int, default=30)
     ap.add_argument("--opd-lr", type=float, default=3e-4)
     ap.add_argument("--opd-top-k", type=int, default=32, help="the teacher's likeliest tokens the KL is exact over "
                                                               "(0: the sampled tokens' log-ratio)")
-    ap.add_argument("--opd-requests", type=int, default=8, help="games the student plays per distillation step")
+    ap.add_argument("--opd-requests", type=int, default=32, help="episodes the student plays per distillation step")
+    ap.add_argument("--opd-warmup", type=int, default=5, help="distillation's lr warm-up steps (none: the first "
+                                                              "steps at full lr broke a weak student's play)")
     ap.add_argument("--evals", type=int, default=3, help="evaluations along each arm")
-    ap.add_argument("--eval-episodes", type=int, default=100)
+    ap.add_argument("--eval-episodes", type=int, default=200)
     ap.add_argument("--smoke", action="store_true", help="CI: an untrained teacher, the expert's episodes as SFT's data, "
                                                          "2 steps per arm")
     a = ap.parse_args()
     if a.smoke:
         a.seeds = [0]
-        a.warm_steps, a.sft_steps, a.opd_steps, a.evals, a.eval_episodes, a.opd_requests = 2, 2, 2, 1, 2, 2
+        a.warm_steps, a.sft_steps, a.opd_steps, a.evals, a.eval_episodes, a.opd_requests, a.opd_warmup = \
+            2, 2, 2, 1, 2, 2, 0
     with tempfile.TemporaryDirectory(prefix="ludic-distill-smoke-") as tmp:
         out = Path(a.out or (tmp if a.smoke else f"runs/distill_vs_sft/{a.task}"))
         task = make_task(a.task)

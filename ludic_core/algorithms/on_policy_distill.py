@@ -80,6 +80,10 @@ class OnPolicyDistillConfig(AlgorithmBase):
                                             "reverse KL to the teacher's K likeliest tokens at each position (an "
                                             "in-process teacher; K >= the vocabulary: the full KL)")
 
+    divergence: Literal["reverse", "forward"] = Field(
+        "reverse", description="with top_k: 'reverse' KL(student || teacher), mode-seeking; 'forward' KL(teacher || "
+                               "student), the teacher's distribution as a soft label on the student's own states")
+
     @model_validator(mode="after")
     def _some_signal(self) -> OnPolicyDistillConfig:
         if self.teacher_coef == 0.0 and self.reward_coef == 0.0:
@@ -88,6 +92,9 @@ class OnPolicyDistillConfig(AlgorithmBase):
             raise ValueError(f"top_k={self.top_k} reads the teacher's likeliest tokens at each position, which the "
                              "vLLM teacher (base_url) does not give here: use an in-process teacher (model_path), "
                              "or top_k None")
+        if self.top_k is None and self.divergence != "reverse":
+            raise ValueError(f"divergence {self.divergence!r} needs top_k: the sampled tokens' log-ratio estimates the "
+                             "reverse KL only")
         if self.top_k is not None and self.teacher_coef == 0.0:
             raise ValueError(f"top_k={self.top_k} with teacher_coef 0: the teacher's distribution would weigh nothing")
         return self
@@ -106,8 +113,8 @@ class OnPolicyDistillConfig(AlgorithmBase):
         if self.top_k is None:
             loss = losses.OnPolicyDistillLoss(self.teacher_coef, self.reward_coef, self.clip_low, self.clip_high)
         else:
-            loss = losses.TopKDistillLoss(self.top_k, self.teacher_coef, self.reward_coef, self.clip_low,
-                                          self.clip_high)
+            loss = losses.TopKDistillLoss(self.top_k, self.divergence, self.teacher_coef, self.reward_coef,
+                                          self.clip_low, self.clip_high)
         return RLAlgorithm(self.type, self._credit(), loss, reuse=self.reuse, group_size=self.group_size or 1)
 
     def _credit(self) -> CreditAssigner:

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         OnPolicyDistillLoss,
         TopKDistillLoss,
         distillation_advantages,
+        top_k_forward_kl,
         top_k_reverse_kl,
     )
     from ludic_core.losses.entropy import EntropyBonus, token_entropy
@@ -94,6 +95,7 @@ _SOURCE = {
     "distillation_advantages": "distillation",
     "TopKDistillLoss": "distillation",
     "top_k_reverse_kl": "distillation",
+    "top_k_forward_kl": "distillation",
     "ReinforceBaselineLoss": "reinforce_baseline",
     "ReinforceLoss": "reinforce",
     "TokenKLLoss": "kl",

@@ -38,7 +38,7 @@ over the top K alone would not see.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import torch
 
@@ -55,7 +55,8 @@ from ludic_core.losses.base import (
 )
 from ludic_core.losses.clip import check_clip_range, clipped_objective
 
-__all__ = ["OnPolicyDistillLoss", "TopKDistillLoss", "distillation_advantages", "top_k_reverse_kl"]
+__all__ = ["OnPolicyDistillLoss", "TopKDistillLoss", "distillation_advantages", "top_k_forward_kl",
+           "top_k_reverse_kl"]
 
 
 def distillation_advantages(inputs: LossInputs, teacher_coef: float, reward_coef: float) -> torch.Tensor:
@@ -134,15 +135,29 @@ def top_k_reverse_kl(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tens
     return (p_s * (student - teacher)).sum(-1) + rest_s * (rest_s.log() - rest_t.log())
 
 
+def top_k_forward_kl(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """KL(teacher || student) [...] over the same K + 1 outcomes as `top_k_reverse_kl`: a
+    cross-entropy to the teacher's distribution (minus its entropy), whose gradient in the student's
+    logits is p_s - p_t, bounded whatever the student wrote."""
+    teacher = teacher.detach()
+    p_t = teacher.exp()
+    rest_s = (1.0 - student.exp().sum(-1)).clamp_min(_TAIL_FLOOR)
+    rest_t = (1.0 - p_t.sum(-1)).clamp_min(_TAIL_FLOOR)
+    return (p_t * (teacher - student)).sum(-1) + rest_t * (rest_t.log() - rest_s.log())
+
+
 @dataclass
 class TopKDistillLoss:
     """Per-token value teacher_coef * KL_t (`top_k_reverse_kl` over the teacher's `teacher_top_k`
-    likeliest tokens), minus, with `reward_coef` > 0, the clipped surrogate of the env's credit
+    likeliest tokens, or `top_k_forward_kl` with `divergence` "forward"), minus, with `reward_coef` > 0, the clipped surrogate of the env's credit
     (reward_coef x the item's weight, as in `OnPolicyDistillLoss`). Metrics: `teacher_kl` (the mean
     KL_t, the quantity driven down), `sampled_teacher_kl` (the sampled tokens' log-ratio, as
     `OnPolicyDistillLoss` reports it: the two losses' runs compare on it), `teacher_top_mass`."""
 
     teacher_top_k: int = 64
+    #: "reverse": KL(student || teacher), mode-seeking (GKD's on-policy default); "forward":
+    #: KL(teacher || student), the teacher's distribution as a soft label on the student's own states
+    divergence: Literal["reverse", "forward"] = "reverse"
     teacher_coef: float = 1.0
     reward_coef: float = 0.0
     clip_low: float = 0.2
@@ -155,6 +170,8 @@ class TopKDistillLoss:
 
     def __post_init__(self) -> None:
         check_clip_range(self.clip_low, self.clip_high)
+        if self.divergence not in ("reverse", "forward"):
+            raise ValueError(f"divergence must be 'reverse' or 'forward', got {self.divergence!r}")
         if isinstance(self.teacher_top_k, bool) or not isinstance(self.teacher_top_k, int) or self.teacher_top_k < 1:
             raise ValueError(f"teacher_top_k must be an int >= 1, got {self.teacher_top_k!r}")
         if self.teacher_coef <= 0.0 or self.reward_coef < 0.0:
@@ -168,7 +185,8 @@ class TopKDistillLoss:
                              "top tokens, but inputs.teacher_top_logprobs or inputs.student_top_logprobs is None: "
                              "the trainer fills them for a loss declaring teacher_top_k, given a teacher")
         on = inputs.mask > 0
-        kl = top_k_reverse_kl(inputs.student_top_logprobs, inputs.teacher_top_logprobs)
+        divergence = top_k_reverse_kl if self.divergence == "reverse" else top_k_forward_kl
+        kl = divergence(inputs.student_top_logprobs, inputs.teacher_top_logprobs)
         values = torch.where(on, self.teacher_coef * kl, torch.zeros_like(kl))
         metrics: dict[str, torch.Tensor | float] = {
             "teacher_kl": masked_mean(kl, inputs.mask),

@@ -5,7 +5,14 @@ import math
 import pytest
 import torch
 
-from ludic_core.losses import CompositeLoss, LossInputs, TopKDistillLoss, TokenKLLoss, top_k_reverse_kl
+from ludic_core.losses import (
+    CompositeLoss,
+    LossInputs,
+    TokenKLLoss,
+    TopKDistillLoss,
+    top_k_forward_kl,
+    top_k_reverse_kl,
+)
 from ludic_core.losses.flags import teacher_top_k
 
 LN2 = math.log(2.0)
@@ -41,6 +48,31 @@ def test_with_the_whole_vocabulary_it_is_the_exact_reverse_kl():
     want = (s.exp() * (s - t)).sum(-1)
     assert top_k_reverse_kl(s, t).tolist() == pytest.approx(want.tolist(), abs=1e-5)
     assert top_k_reverse_kl(s, s).abs().max().item() < 1e-6  # the teacher itself: no loss
+
+
+def test_the_forward_kl_is_the_teachers_cross_entropy_over_the_same_outcomes():
+    # teacher over (a, b, rest) = (1/4, 1/2, 1/4), student (1/2, 1/4, 1/4):
+    # 1/4 ln(1/2) + 1/2 ln 2 + 1/4 ln 1 = ln2 / 4
+    s = torch.tensor([math.log(0.5), math.log(0.25)], requires_grad=True)
+    t = torch.tensor([math.log(0.25), math.log(0.5)])
+    kl = top_k_forward_kl(s, t)
+    assert kl.item() == pytest.approx(LN2 / 4)
+    # d/ds_k = -p_t(k) + r_t p_s(k) / r_s: -1/4 + 1/2 and -1/2 + 1/4
+    kl.backward()
+    assert s.grad.tolist() == pytest.approx([0.25, -0.25])
+    torch.manual_seed(1)
+    full_s, full_t = torch.log_softmax(torch.randn(3, 7), -1), torch.log_softmax(torch.randn(3, 7), -1)
+    want = (full_t.exp() * (full_t - full_s)).sum(-1)
+    assert top_k_forward_kl(full_s, full_t).tolist() == pytest.approx(want.tolist(), abs=1e-5)
+
+
+def test_the_loss_takes_the_forward_divergence_by_name():
+    student = [[0.0, 0.0], [math.log(0.5), math.log(0.125)]]
+    teacher = [[0.0, 0.0], [math.log(0.25), math.log(0.5)]]
+    rev = TopKDistillLoss(teacher_top_k=2)(make_inputs(student, teacher)).loss.item()
+    fwd = TopKDistillLoss(teacher_top_k=2, divergence="forward")(make_inputs(student, teacher)).loss.item()
+    assert rev == pytest.approx(0.5 * math.log(2) + 0.125 * math.log(0.25) + 0.375 * math.log(1.5))
+    assert fwd == pytest.approx(0.25 * math.log(0.5) + 0.5 * math.log(4) + 0.25 * math.log(1 / 1.5))
 
 
 def test_mass_parked_off_the_teachers_top_k_is_paid_for():
@@ -96,6 +128,7 @@ def test_missing_or_misshapen_top_k_inputs_are_named():
     ({"teacher_top_k": 0}, "teacher_top_k"),
     ({"teacher_top_k": True}, "teacher_top_k"),
     ({"teacher_coef": 0.0}, "teacher_coef must be > 0"),
+    ({"divergence": "jsd"}, "divergence must be"),
     ({"clip_low": 1.0}, "clip_low"),
 ])
 def test_bad_settings_are_refused(kwargs, match):

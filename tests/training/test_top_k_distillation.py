@@ -158,3 +158,10 @@ def test_a_custom_algorithm_can_name_the_top_k_loss_with_an_in_process_teacher_o
     served = named.model_copy(update={"teacher": DistillTeacher(base_url="http://127.0.0.1:1/v1")})
     with pytest.raises(ValueError, match="top 8 tokens .*vLLM teacher .*model_path"):
         check_algorithm(served)
+
+
+def test_the_forward_divergence_needs_top_k():
+    with pytest.raises(ValueError, match="divergence 'forward' needs top_k"):
+        OnPolicyDistillConfig(teacher=DistillTeacher(model_path="x"), divergence="forward")
+    cfg = OnPolicyDistillConfig(teacher=DistillTeacher(model_path="x"), top_k=4, divergence="forward")
+    assert cfg.build().loss.divergence == "forward"
