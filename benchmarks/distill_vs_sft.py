@@ -244,8 +244,8 @@ def main() -> None:
                                                               "steps at full lr broke a weak student's play)")
     ap.add_argument("--evals", type=int, default=3, help="evaluations along each arm")
     ap.add_argument("--eval-episodes", type=int, default=200)
-    ap.add_argument("--smoke", action="store_true", help="CI: an untrained teacher, the expert's episodes as SFT's data, "
-                                                         "2 steps per arm")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CI: an untrained teacher, the expert's episodes as SFT's data, 2 steps per arm")
     a = ap.parse_args()
     if a.smoke:
         a.seeds = [0]

@@ -49,7 +49,8 @@ class CompositeLoss:
         self.needs_teacher_logprobs = any(wants_teacher(term) for _, term, _ in self.terms)
         ks = {k for _, term, _ in self.terms if (k := teacher_top_k(term)) is not None}
         if len(ks) > 1:
-            raise ValueError(f"terms read the teacher's top K for different K {sorted(ks)}: one scoring serves them all")
+            raise ValueError(f"terms read the teacher's top K for different K {sorted(ks)}: one scoring serves "
+                             "them all")
         self.teacher_top_k = ks.pop() if ks else None
         self.inert_at_zero_advantage = all(is_inert(term) for _, term, _ in self.terms)
 

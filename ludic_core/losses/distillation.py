@@ -149,8 +149,9 @@ def top_k_forward_kl(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tens
 @dataclass
 class TopKDistillLoss:
     """Per-token value teacher_coef * KL_t (`top_k_reverse_kl` over the teacher's `teacher_top_k`
-    likeliest tokens, or `top_k_forward_kl` with `divergence` "forward"), minus, with `reward_coef` > 0, the clipped surrogate of the env's credit
-    (reward_coef x the item's weight, as in `OnPolicyDistillLoss`). Metrics: `teacher_kl` (the mean
+    likeliest tokens, or `top_k_forward_kl` with `divergence` "forward"), minus, with `reward_coef`
+    > 0, the clipped surrogate of the env's credit (reward_coef x the item's weight, as in
+    `OnPolicyDistillLoss`). Metrics: `teacher_kl` (the mean
     KL_t, the quantity driven down), `sampled_teacher_kl` (the sampled tokens' log-ratio, as
     `OnPolicyDistillLoss` reports it: the two losses' runs compare on it), `teacher_top_mass`."""
 

@@ -213,7 +213,8 @@ class ModelTeacher:
             tids, tlps, vals = top_ids[row].cpu().tolist(), top_lps[row].cpu().tolist(), sampled[row].cpu().tolist()
             for pos in range(start + 1, len(item)):
                 if item.action_mask[pos]:
-                    values[pos], row_ids[pos], row_lps[pos] = vals[pos - start - 1], tids[pos - start - 1], tlps[pos - start - 1]
+                    at = pos - start - 1
+                    values[pos], row_ids[pos], row_lps[pos] = vals[at], tids[at], tlps[at]
             result.append((values, row_ids, row_lps))
         return result
 
