@@ -12,8 +12,8 @@ tokens, and the loss is the exact reverse KL to them (plus one bucket for the
 rest of the vocabulary), differentiated directly rather than through the sampled
 token (`TopKDistillLoss`; GKD's full-distribution form, K = the vocabulary
 giving the full KL). On tic-tac-toe the sampled form did not move a weak
-student where SFT did (docs/results.md); the top-k form is the one to start from
-with an in-process teacher.
+student; the top-k form learned, though per CPU second slower than SFT on the
+teacher's kept samples, on count_bits too (docs/results.md).
 
 The teacher is a model dir scored in-process or a vLLM server (prompt
 log-probs over the student's ids; sampled tokens only, so no `top_k`); either must share the student's tokenizer
