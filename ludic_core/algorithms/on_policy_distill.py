@@ -35,7 +35,11 @@ from ludic_core.bounds import MAX_GROUP, bounded
 from ludic_core.credit import ConstantCredit, CreditAssigner, EpisodicReturn, GroupNormalizedReturn
 from ludic_core.frozen import FrozenModel
 
-__all__ = ["DistillTeacher", "OnPolicyDistillConfig", "make_on_policy_distill"]
+__all__ = ["DistillTeacher", "OnPolicyDistillConfig", "make_on_policy_distill", "MAX_TOP_K"]
+
+#: The largest `top_k`: each scored position carries K ids and log-probs (items, micro-batches and,
+#: under torchrun, the ranks' exchange), so K stays far below a real model's vocabulary.
+MAX_TOP_K = 1024
 
 
 class DistillTeacher(FrozenModel):
@@ -75,10 +79,11 @@ class OnPolicyDistillConfig(AlgorithmBase):
     clip_high: float = Field(0.2, ge=0.0)
     reuse: RolloutReuse = Field(RolloutReuse(), description="optimiser updates per generated batch: mini_batches x "
                                                             "epochs (default 1 x 1)")
-    top_k: int | None = bounded(None, ge=1, le=1 << 20,
+    top_k: int | None = bounded(None, ge=1, le=MAX_TOP_K,
                                 description="None: credit each sampled token by the teacher's log-ratio; K: the exact "
-                                            "reverse KL to the teacher's K likeliest tokens at each position (an "
-                                            "in-process teacher; K >= the vocabulary: the full KL)")
+                                            "KL to the teacher's K likeliest tokens at each position and the rest of "
+                                            "the vocabulary (an in-process teacher; K >= the vocabulary: the full "
+                                            "KL; at most 1024, as every position stores K ids and log-probs)")
 
     divergence: Literal["reverse", "forward"] = Field(
         "reverse", description="with top_k: 'reverse' KL(student || teacher), mode-seeking; 'forward' KL(teacher || "

@@ -55,7 +55,7 @@ class SAWItem:
             raise ValueError("SAWItem teacher_top_ids and teacher_top_logprobs come together")
         if self.teacher_top_ids is not None and self.teacher_top_logprobs is not None:
             widths = {len(row) for row in self.teacher_top_ids} | {len(row) for row in self.teacher_top_logprobs}
-            if len(self.teacher_top_ids) != n or len(self.teacher_top_logprobs) != n or len(widths) != 1:
+            if len(self.teacher_top_ids) != n or len(self.teacher_top_logprobs) != n or len(widths) > 1:
                 raise ValueError(f"SAWItem teacher_top_ids/teacher_top_logprobs must be {n} rows of one width K, "
                                  f"got {len(self.teacher_top_ids)}/{len(self.teacher_top_logprobs)} rows of widths "
                                  f"{sorted(widths)}")

@@ -27,6 +27,7 @@ import logging
 from typing import Any, NamedTuple
 
 import torch
+import torch.utils.checkpoint
 
 from ludic_core.device import attention_backends
 from ludic_core.losses import linear_token_logprobs, token_entropy, token_logprobs
@@ -199,22 +200,38 @@ class PolicyScorer:
 
     def _top_from_hidden(self, hidden: torch.Tensor, temperatures: torch.Tensor | None,
                          positions: torch.Tensor | None, top_ids: torch.Tensor) -> torch.Tensor:
-        """log pi(top_ids) [B, W, K] from hidden states [B, W, H], projecting the scored positions only
-        (a [positions, vocabulary] logits tensor, not [B, W, vocabulary]); the others read 0."""
+        """log pi(top_ids) [B, W, K] from hidden states [B, W, H], projecting the scored positions only,
+        `chunk_tokens` at a time (checkpointed under grad, so at most one [chunk, vocabulary] logits
+        tensor lives at once); the others read 0."""
         batch, width = hidden.shape[:2]
         if positions is None:
             rows = torch.arange(batch, device=hidden.device).repeat_interleave(width)
             cols = torch.arange(width, device=hidden.device).repeat(batch)
         else:  # flat indices into the [B, W + 1] grid, whose last column never scores
             rows, cols = positions // (width + 1), positions % (width + 1)
-        with self._autocast():
-            logits = self.head(hidden[rows, cols])
-        logits = logits.float()
+        picked, ids = hidden[rows, cols], top_ids[rows, cols]
+        temps = None
         if temperatures is not None:
-            t = temperatures.to(logits.device)
-            logits = logits / (t[rows] if t.dim() == 1 else t[rows, cols])[:, None]
-        top = torch.log_softmax(logits, -1).gather(-1, top_ids[rows, cols])
-        return top.new_zeros((batch, width, top.shape[-1])).index_put((rows, cols), top)
+            t = temperatures.to(hidden.device)
+            temps = t[rows] if t.dim() == 1 else t[rows, cols]
+        step = max(self.chunk_tokens, 1)
+        parts = []
+        for at in range(0, len(rows), step):  # a [chunk, vocabulary] logits tensor at a time
+            args = (picked[at:at + step], ids[at:at + step], None if temps is None else temps[at:at + step])
+            if torch.is_grad_enabled():  # recomputed in backward: no chunk's logits outlive it
+                parts.append(torch.utils.checkpoint.checkpoint(self._top_chunk, *args, use_reentrant=False))
+            else:
+                parts.append(self._top_chunk(*args))
+        top = torch.cat(parts) if parts else picked.new_zeros((0, top_ids.shape[-1]))
+        return top.new_zeros((batch, width, top_ids.shape[-1])).index_put((rows, cols), top)
+
+    def _top_chunk(self, hidden: torch.Tensor, ids: torch.Tensor, temps: torch.Tensor | None) -> torch.Tensor:
+        with self._autocast():
+            logits = self.head(hidden)
+        logits = logits.float()
+        if temps is not None:
+            logits = logits / temps[:, None]
+        return torch.log_softmax(logits, -1).gather(-1, ids)
 
     def _from_logits(self, inputs, start, temperatures, need_entropy, top_ids=None) -> TokenScores:
         ids = inputs["input_ids"]

@@ -125,7 +125,7 @@ def _checked_top(item: SAWItem, ids: list[list[int]], lps: list[list[float]]) ->
     if len(ids) != len(item) or len(lps) != len(item):
         raise ValueError(f"the teacher gave {len(ids)}/{len(lps)} top-k rows for item {item.meta} of {len(item)} ids")
     for k, (row_ids, row_lps) in enumerate(zip(ids, lps)):
-        if not item.action_mask[k]:
+        if k == 0 or not item.action_mask[k]:  # position 0 is never predicted: nothing scores it
             continue
         if len(set(row_ids)) != len(row_ids) or any(math.isnan(v) or v > 1e-4 for v in row_lps):
             raise ValueError(f"the teacher's top-k at token {k} of item {item.meta} is not distinct ids with "

@@ -165,3 +165,38 @@ def test_the_forward_divergence_needs_top_k():
         OnPolicyDistillConfig(teacher=DistillTeacher(model_path="x"), divergence="forward")
     cfg = OnPolicyDistillConfig(teacher=DistillTeacher(model_path="x"), top_k=4, divergence="forward")
     assert cfg.build().loss.divergence == "forward"
+
+
+def test_chunked_top_log_probs_and_their_gradients_equal_one_pass(tiny_model_and_tokenizer):
+    """`chunk_tokens` positions at a time, recomputed in backward: the same values and gradients."""
+    from ludic_core.models import load_model_and_tokenizer
+
+    got = {}
+    for chunk in (3, 4096):
+        model, _ = load_model_and_tokenizer(tiny_model_and_tokenizer[0].name_or_path)
+        scorer = PolicyScorer(model, device_type="cpu", compute_dtype=torch.float32, chunk_tokens=chunk)
+        torch.manual_seed(0)
+        ids = torch.randint(3, 200, (2, 12))
+        top_ids = torch.randint(0, 256, (2, 12 - 1 - 2, 4))
+        top = scorer.score(ids, torch.ones_like(ids), 2, torch.tensor([0.8, 1.0]), False, top_ids=top_ids).top
+        (top * torch.linspace(-1, 1, top.numel()).reshape(top.shape)).sum().backward()
+        got[chunk] = (top.detach(), model.get_output_embeddings().weight.grad.clone())
+    assert torch.allclose(got[3][0], got[4096][0], atol=1e-6)
+    assert torch.allclose(got[3][1], got[4096][1], atol=1e-6)
+
+
+def test_an_item_whose_first_token_is_an_action_is_scored(tiny_model_and_tokenizer):
+    """Position 0 is never predicted: its top-k row stays empty and is not checked."""
+    from ludic_core.batching.saw import SAWItem
+
+    model, tok = tiny_model_and_tokenizer
+    item = SAWItem([5, 6, 7, 8], [1] * 4, [1, 1, 1, 1], 1.0, {"i": 0})
+    (scored,), _ = with_teacher_logprobs(ModelTeacher(model, pad_id=tok.pad_token_id), [item], top_k=3)
+    assert scored.teacher_top_ids[0] == [0, 0, 0] and len(set(scored.teacher_top_ids[1])) == 3
+
+
+def test_top_k_is_bounded():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="top_k"):
+        OnPolicyDistillConfig(teacher=DistillTeacher(model_path="x"), top_k=4096)
