@@ -103,36 +103,38 @@ def expert_teacher(task: Task, out: Path, steps: int, episodes: int) -> str:
         from teacher_student import train_teacher
 
         return train_teacher(out, steps, "tiny-10m", episodes)
-    from ludic_core.compose.policy import open_client
     from ludic_core.config import SFT_TRAINER, SFTConfig
-    from ludic_core.models import build_tiny_model, load_model_and_tokenizer
-    from ludic_core.rejection_sampling import rejection_sample
+    from ludic_core.models import build_tiny_model
     from ludic_core.stages.run import DatasetData, StageSpec, run_stage
 
     base = build_tiny_model(out / "models" / "tiny-10m", "tiny-10m", seed=3)
-    _, tok = load_model_and_tokenizer(base)
-    client, fingerprint = open_client(task.expert, tok)
-    done = rejection_sample(client, task.env, task.agent, seeds=list(range(10_000, 10_000 + episodes)), samples=1,
-                            keep=task.keep, out_dir=out / "expert-samples", fingerprint=fingerprint)
+    data = expert_samples(task, str(base), out, range(10_000, 10_000 + episodes))
     spec = StageSpec(model_path=str(base), checkpoint_dir=str(out / "teacher" / "checkpoints"), algorithm=SFTConfig(),
                      trainer=SFT_TRAINER.model_copy(update={"lr": 1e-3, "total_steps": steps}),
-                     data=DatasetData(path=str(done["dataset_path"])), until_step=steps, title="teacher SFT")
+                     data=DatasetData(path=data), until_step=steps, title="teacher SFT")
     return run_stage(spec)["model_path"]
 
 
 def smoke_teacher_and_data(task: Task, out: Path) -> tuple[str, str]:
     """The smoke's stand-ins, made in seconds: an untrained tiny-1m teacher, and the expert's
     kept episodes as SFT's data (the code path of both arms, not a result)."""
-    from ludic_core.compose.policy import open_client
-    from ludic_core.models import build_tiny_model, load_model_and_tokenizer
-    from ludic_core.rejection_sampling import rejection_sample
+    from ludic_core.models import build_tiny_model
 
     teacher = str(build_tiny_model(out / "models" / "teacher", "tiny-1m", seed=3))
-    _, tok = load_model_and_tokenizer(teacher)
+    return teacher, expert_samples(task, teacher, out, range(16))
+
+
+def expert_samples(task: Task, model: str, out: Path, seeds: range) -> str:
+    """The expert's episodes on `seeds`, kept by the task's rule, in `model`'s token ids: a saved dataset."""
+    from ludic_core.compose.policy import open_client
+    from ludic_core.models import load_model_and_tokenizer
+    from ludic_core.rejection_sampling import rejection_sample
+
+    _, tok = load_model_and_tokenizer(model)
     client, fingerprint = open_client(task.expert, tok)
-    done = rejection_sample(client, task.env, task.agent, seeds=list(range(16)), samples=1, keep=task.keep,
+    done = rejection_sample(client, task.env, task.agent, seeds=list(seeds), samples=1, keep=task.keep,
                             out_dir=out / "expert-samples", fingerprint=fingerprint)
-    return teacher, str(done["dataset_path"])
+    return str(done["dataset_path"])
 
 
 def teacher_data(task: Task, teacher: str, out: Path, episodes: int) -> str:

@@ -111,12 +111,17 @@ def with_teacher_logprobs(teacher: Teacher, items: Sequence[SAWItem], ctx: DistC
         top = {} if top_k is None else _checked_top(item, row[1], row[2])
         if len(values) != len(item):
             raise ValueError(f"the teacher gave {len(values)} log-probs for item {item.meta} of {len(item)} ids")
-        if any(math.isnan(v) or v > 1e-4 for v in values):
-            bad = next(v for v in values if math.isnan(v) or v > 1e-4)
+        if any(map(_not_log_prob, values)):
+            bad = next(filter(_not_log_prob, values))
             raise ValueError(f"the teacher gave {bad!r} as a log-prob for item {item.meta}: log-probs are <= 0 (a "
                              "vLLM server started with --logprobs-mode raw_logits returns logits instead)")
         out.append(dataclasses.replace(item, teacher_logprobs=[max(float(v), TEACHER_FLOOR) for v in values], **top))
     return out, {"teacher_seconds": time.perf_counter() - t0, "teacher_tokens": float(tokens)}
+
+
+def _not_log_prob(value: float) -> bool:
+    """NaN, or above 0 by more than float error."""
+    return math.isnan(value) or value > 1e-4
 
 
 def _checked_top(item: SAWItem, ids: list[list[int]], lps: list[list[float]]) -> dict[str, Any]:
@@ -127,7 +132,7 @@ def _checked_top(item: SAWItem, ids: list[list[int]], lps: list[list[float]]) ->
     for k, (row_ids, row_lps) in enumerate(zip(ids, lps)):
         if k == 0 or not item.action_mask[k]:  # position 0 is never predicted: nothing scores it
             continue
-        if len(set(row_ids)) != len(row_ids) or any(math.isnan(v) or v > 1e-4 for v in row_lps):
+        if len(set(row_ids)) != len(row_ids) or any(map(_not_log_prob, row_lps)):
             raise ValueError(f"the teacher's top-k at token {k} of item {item.meta} is not distinct ids with "
                              f"log-probs <= 0: ids {row_ids[:8]}, log-probs {row_lps[:8]}")
     return {"teacher_top_ids": [[int(i) for i in row] for row in ids],

@@ -28,6 +28,14 @@ def _two_ranks(out: Path, mode: str) -> list[dict]:
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
 
 
+def _worker():
+    """The worker script as a module: its items and teachers, for the one-process reference."""
+    spec = importlib.util.spec_from_file_location("_worker_teacher", WORKER)
+    worker = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(worker)
+    return worker
+
+
 @pytest.mark.slow
 def test_a_teacher_failing_on_one_rank_fails_every_rank_without_a_hang(tmp_path):
     ranks = _two_ranks(tmp_path, "fail")
@@ -39,9 +47,7 @@ def test_a_teacher_failing_on_one_rank_fails_every_rank_without_a_hang(tmp_path)
 def test_two_ranks_each_score_their_share_and_all_get_every_score(tmp_path):
     ranks = _two_ranks(tmp_path, "share")
 
-    spec = importlib.util.spec_from_file_location("_worker_teacher", WORKER)
-    worker = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(worker)
+    worker = _worker()
     items = worker.items()
     alone = worker.Recording()
     one, _ = with_teacher_logprobs(alone, items)  # one process: the teacher scores every item
@@ -57,9 +63,7 @@ def test_two_ranks_each_score_their_share_and_all_get_every_score(tmp_path):
 @pytest.mark.slow
 def test_two_ranks_exchange_the_teachers_top_k_exactly(tmp_path):
     ranks = _two_ranks(tmp_path, "top_k")
-    spec = importlib.util.spec_from_file_location("_worker_teacher", WORKER)
-    worker = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(worker)
+    worker = _worker()
     one, _ = with_teacher_logprobs(worker.Recording(), worker.items(), top_k=2)
     for rank in ranks:
         assert rank["teacher_logprobs"] == [i.teacher_logprobs for i in one]
