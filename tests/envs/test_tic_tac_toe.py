@@ -595,3 +595,29 @@ def test_outcome_weight_scales_the_result_and_leaves_the_shaping():
     for bad in (-0.1, 1.5):
         with pytest.raises(ValueError, match="outcome_weight"):
             TicTacToeEnv(outcome_weight=bad)
+
+
+def test_start_board_starts_every_game_there_with_the_side_to_move_as_the_agent():
+    # "XX.|OO.|..." has two marks each: X is to move, whatever agent_mark and the seed say.
+    env = TicTacToeEnv(agent_mark="alternate", start_board="XX.OO....", agent_moves=1, move_shaping=0.4,
+                       outcome_weight=0.0)
+    for seed in (0, 1, 7):
+        obs, info = env.env_reset(seed)
+        assert env.board == "XX.OO...." and env.agent_mark == "X" and "opponent_move" not in info
+        assert obs == "Board:\nXX3\nOO6\n789\nYou are X. Your move." and info["optimal_moves"] == [3]
+    assert env.env_step("6").reward == pytest.approx(-0.4)  # the block: regret 1, and the cut game weighs 0
+    o_env = TicTacToeEnv(agent_mark="X", start_board="X...O...X")  # three marks: O to move, agent_mark aside
+    obs, _ = o_env.env_reset(3)
+    assert o_env.agent_mark == "O" and "You are O." in obs and o_env.board == "X...O...X"
+    out = o_env.env_step("2")  # a whole game goes on from there: the opponent (X) replies
+    assert out.info["opponent_move"] in legal_moves("XO..O...X") and out.info["regret"] == 0
+
+
+@pytest.mark.parametrize("bad,why", [("XXX......", "cannot occur"), ("OO.......", "cannot occur"),
+                                     ("XXXOO....", "finished"), ("XOXXOOOXX", "finished"), ("XX", "9 cells"),
+                                     (123, "start_board")])
+def test_start_board_is_checked(bad, why):
+    with pytest.raises(ValueError, match=why):
+        TicTacToeEnv(start_board=bad)
+    with pytest.raises(ValueError, match="exclude"):
+        TicTacToeEnv(start_board="X........", random_start=1)

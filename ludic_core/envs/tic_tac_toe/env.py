@@ -127,6 +127,23 @@ def parse_observation(text: str) -> tuple[str, str]:
 # ---------------------------------------------------------------------- envs
 
 
+def _to_move(b: str) -> str:
+    return "X" if b.count("X") == b.count("O") else "O"
+
+
+def _check_start(board: Any) -> str:
+    """`board` if a game can reach it and go on from it, else a ValueError naming why."""
+    if not isinstance(board, str):
+        raise ValueError(f"start_board must be a 9-char string of 'X', 'O', '.', got {board!r}")
+    b = _as_board(board)
+    if b.count("X") - b.count("O") not in (0, 1):
+        raise ValueError(f"start_board {board!r} cannot occur in play: X moves first, so X has as many marks as O "
+                         f"or one more")
+    if _result(b, "X") is not None:
+        raise ValueError(f"start_board {board!r} is a finished game: the agent would have no move")
+    return b
+
+
 def _seat(first_obs: str) -> str | None:
     """The agent's mark, read from its first observation (a step's info may be a parse failure's)."""
     try:
@@ -169,6 +186,13 @@ class TicTacToeEnv(SingleAgentEnv):
     per-board signal a whole game's outcome (one noisy number for nine moves
     against a random opponent) does not give. For training only.
 
+    `start_board` b starts every game from board b (9 cells of 'X', 'O', '.',
+    a position reachable in play and not yet over); the agent is the side to
+    move there (X when the marks are level), overriding `agent_mark`. With
+    `agent_moves` 1 a group compares moves on one board the caller chose, for
+    example a board the policy itself reached in its own games (branching:
+    `branch_kwargs`, `ludic_core.batching.branching`). For training only.
+
     `outcome_weight` w scales a finished (or cut) game's result (win w,
     draw w/2); an illegal move still costs -1 - 2c. With w = 0 and move shaping each move's
     reward is -c x its regret, which is 0 at best on every board: per-turn
@@ -181,6 +205,7 @@ class TicTacToeEnv(SingleAgentEnv):
         self, opponent: Literal["random", "minimax"] = "random",
         agent_mark: Literal["X", "O", "alternate"] = "X", move_shaping: float = 0.0,
         random_start: int = 0, agent_moves: int | None = None, outcome_weight: float = 1.0,
+        start_board: str | None = None,
     ) -> None:
         super().__init__()
         if opponent not in _OPPONENTS:
@@ -203,6 +228,9 @@ class TicTacToeEnv(SingleAgentEnv):
             raise ValueError(f"agent_moves must be None (whole games) or an int in 1..5 (the agent's moves "
                              f"before the game is cut and scored by its minimax value), got {agent_moves!r}")
         self.agent_moves = agent_moves
+        self.start_board = None if start_board is None else _check_start(start_board)
+        if self.start_board is not None and random_start:
+            raise ValueError("start_board and random_start exclude each other: a game starts from one or the other")
         self._moves = 0
         self.opponent = opponent
         #: "alternate" plays X on even seeds and O on odd ones: one config trains and scores both seats
@@ -229,19 +257,38 @@ class TicTacToeEnv(SingleAgentEnv):
                 out.update({f"{mark}/{k}": v for k, v in tic_tac_toe_metrics(mine).items()})
         return out
 
+    @staticmethod
+    def branch_kwargs(obs: str) -> dict[str, Any] | None:
+        """Branching (`ludic_core.batching.branching`): the kwargs that restart a
+        one-move game at the board `obs` shows, for the side to move there; None
+        when `obs` holds no board in play."""
+        try:
+            b, _ = parse_observation(obs)
+        except ValueError:
+            return None
+        if _result(b, "X") is not None or b.count("X") - b.count("O") not in (0, 1):
+            return None
+        return {"start_board": b, "agent_moves": 1}
+
     @property
     def board(self) -> str:
         return self._board
 
     def env_reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
-        if self.mark_rule == "alternate":
+        if self.start_board is not None:
+            self.agent_mark = _to_move(self.start_board)
+            self.opponent_mark = _other(self.agent_mark)
+        elif self.mark_rule == "alternate":
             self.agent_mark = "O" if (seed or 0) % 2 else "X"
             self.opponent_mark = _other(self.agent_mark)
         self._rng = random.Random(seed)
-        self._board = EMPTY_BOARD
+        self._board = self.start_board or EMPTY_BOARD
         self._in_play = True
         self._moves = 0
         info: dict[str, Any] = {}
+        if self.start_board is not None:
+            info.update(_turn_info(self._board, self.agent_mark))
+            return _prompt_obs(self._board, self.agent_mark), info
         if self.random_start:
             self._random_plies(self._rng.randint(0, self.random_start))
         if self.agent_mark == "O":
