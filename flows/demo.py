@@ -120,7 +120,7 @@ def rl_stage(cfg: DemoConfig, recipe: Recipe, sft_model: str) -> RLTrainConfig:
     steps = cfg.rl_steps or recipe.rl_steps
     return RLTrainConfig(
         model_path=sft_model, out_dir=f"{cfg.out}/rl", env=recipe.rl_env, agent=rl_agent(recipe),
-        algorithm=algorithm, steps=steps, requests_per_step=recipe.rl_requests_per_step,
+        algorithm=algorithm, steps=steps, requests_per_step=recipe.rl_requests_per_step, branch=recipe.rl_branch,
         trainer=rl_trainer(cfg, recipe),
         steps_per_stage=max(steps // 2, 1), eval_episodes=0, launcher=cfg.launcher,
         progress_bar=cfg.progress_bar)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from ludic_core.lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from ludic_core.batching.branching import BranchingBatchSource
     from ludic_core.batching.chat import chat_items, chat_to_item, read_chat_examples
     from ludic_core.batching.collate import MicroBatch, collate_micro_batches, padding_waste
     from ludic_core.batching.packing import PackedRows, pack_micro_batches
@@ -36,6 +37,7 @@ __all__ = [
     "padding_waste",
     "BatchSource",
     "RolloutBatchSource",
+    "BranchingBatchSource",
     "OfflineBatchSource",
     "chat_example_to_item",
     "rollout_stats",
@@ -55,6 +57,7 @@ _SOURCE = {
     "PackedRows": "packing",
     "BatchSource": "sources",
     "RolloutBatchSource": "sources",
+    "BranchingBatchSource": "branching",
     "OfflineBatchSource": "sources",
     "chat_example_to_item": "sources",
     "rollout_stats": "sources",

@@ -3,7 +3,7 @@
 Every flow (rejection sampling, SFT, RL, evaluation, pipeline actors) describes a run
 with the same configs, and this package is where they meet code:
 
-- `configs`:  EnvConfig, AgentConfig, ComponentConfig, SeedSchedule (torch-free);
+- `configs`:  EnvConfig, AgentConfig, ComponentConfig, SeedSchedule, BranchConfig (torch-free);
 - `build`:    envs, agents, engines and requests for any env;
 - `policy`:   who plays (scripted, a model directory, a server) -> a `ChatClient`;
 - `source`:   the one builder of a fresh-rollout `RolloutBatchSource`.
@@ -16,7 +16,7 @@ Importing the package loads only the configs (no torch), so a Prefect server can
 validate a form; the builders are imported from their modules.
 """
 
-from ludic_core.compose.configs import AgentConfig, ComponentConfig, EnvConfig, SeedSchedule
+from ludic_core.compose.configs import AgentConfig, BranchConfig, ComponentConfig, EnvConfig, SeedSchedule
 from ludic_core.registry import ComponentError
 
-__all__ = ["AgentConfig", "ComponentConfig", "EnvConfig", "SeedSchedule", "ComponentError"]
+__all__ = ["AgentConfig", "BranchConfig", "ComponentConfig", "EnvConfig", "SeedSchedule", "ComponentError"]

@@ -15,13 +15,13 @@ from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
 
-from ludic_core.bounds import MAX_SEED, MAX_STRIDE, MAX_TURNS, bounded
+from ludic_core.bounds import MAX_BATCH, MAX_SEED, MAX_STRIDE, MAX_TURNS, bounded
 from ludic_core.frozen import FrozenModel
 from ludic_core.inference.sampling import SamplingConfig
 from ludic_core.registry import check_ref
 from ludic_core.rollout.requests import EnvConfig  # one description of an env, which requests carry too
 
-__all__ = ["ComponentConfig", "EnvConfig", "AgentConfig", "SeedSchedule"]
+__all__ = ["ComponentConfig", "EnvConfig", "AgentConfig", "SeedSchedule", "BranchConfig"]
 
 
 class ComponentConfig(FrozenModel):
@@ -82,3 +82,22 @@ class SeedSchedule(FrozenModel):
 
     def seeds(self, n: int, offset: int = 0) -> list[int]:
         return [self.start + (offset + i) * self.stride for i in range(n)]
+
+
+class BranchConfig(FrozenModel):
+    """Branching: compare actions on the states the policy itself reaches.
+
+    A group shares only its start: after the first action the siblings' states
+    differ, so later actions are compared across different states. With
+    branching, after each draw `states` distinct states the agent faced in the
+    drawn episodes are picked (at random, seeded by the step) and the env is
+    restarted at each one, played group_size times: each such group compares
+    actions on one state (VinePPO's and TreeRL's idea). The env's class must offer
+    `branch_kwargs(obs) -> dict | None`, the kwargs that restart it at the state
+    an observation shows; tic-tac-toe's cut the game after one move, so the
+    step's reward must be that action's own worth (a process reward, credit
+    with gamma 0). The drawn episodes are trained on as well.
+    """
+
+    states: int = bounded(32, ge=1, le=MAX_BATCH, description="states branched per step, each played group_size "
+                                                              "times")

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import Field
 
-from ludic_core.compose.configs import AgentConfig, EnvConfig, SeedSchedule
+from ludic_core.compose.configs import AgentConfig, BranchConfig, EnvConfig, SeedSchedule
 from ludic_core.compose.source import rollout_source
 from ludic_core.config import AlgorithmConfig, LocalInferenceConfig, VLLMEndpoint
 from ludic_core.frozen import FrozenModel
@@ -55,6 +55,8 @@ class ActorSpec(FrozenModel):
     algorithm: AlgorithmConfig = Field(description="credit and filters; its group_size is the samples per prompt")
     requests_per_round: int = Field(8, ge=1, description="prompts per round, each sampled group_size times")
     schedule: SeedSchedule = Field(SeedSchedule(start=1_000), description="env seeds; round r plays its own block")
+    branch: BranchConfig | None = Field(None, description="also play groups restarted at states the drawn episodes "
+                                                          "reached: actions compared on one state (None = off)")
     url: str = Field(description="the Redis server (redis://, rediss:// or unix://)")
     password_env: str = Field("LUDIC_REDIS_PASSWORD", description="environment variable holding the password")
     key: str = "ludic:saw"
@@ -121,7 +123,8 @@ def _source(spec: ActorSpec, round_index: int) -> tuple[Any, int, str | None]:
         fingerprint = tokenizer_fingerprint(client.tokenizer)
     source = rollout_source(spec.env, spec.agent, spec.schedule, build_algorithm(spec.algorithm), client,
                             requests_per_draw=spec.requests_per_round, max_seq_len=spec.max_seq_len,
-                            first_draw=round_index * _DRAWS_PER_ROUND, strategy_seed=spec.schedule.start + round_index)
+                            first_draw=round_index * _DRAWS_PER_ROUND, strategy_seed=spec.schedule.start + round_index,
+                            branch=spec.branch)
     return source, version, fingerprint
 
 

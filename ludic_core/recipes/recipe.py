@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import Field
 
 from ludic_core.bounds import MAX_BATCH, MAX_EPISODES, MAX_SEED, MAX_SEQ_LEN, MAX_STEPS, bounded
-from ludic_core.compose.configs import AgentConfig, EnvConfig
+from ludic_core.compose.configs import AgentConfig, BranchConfig, EnvConfig
 from ludic_core.config import RL_TRAINER, GRPOConfig
 from ludic_core.frozen import FrozenModel
 from ludic_core.rejection import KeepRule
@@ -40,6 +40,8 @@ class Recipe(FrozenModel):
     max_seq_len: int = bounded(RL_TRAINER.max_seq_len, ge=2, le=MAX_SEQ_LEN,
                                description="tokens of one training item (prompt and reply): the demo chain's SFT and "
                                            "RL stages train at it")
+    rl_branch: BranchConfig | None = Field(None, description="the RL stage's branching: groups restarted at states "
+                                                             "its episodes reached (None = off)")
     rl_env_kwargs: dict[str, Any] = Field(
         default_factory=dict, description="added to env's kwargs for RL only: a training reward (e.g. shaping) "
                                           "that the teacher's data and the evaluations must not see")

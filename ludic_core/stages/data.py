@@ -39,7 +39,8 @@ def batch_source(spec: StageSpec, algorithm: RLAlgorithm, tokenizer: Any, client
         items, _ = load_sft_items(data.path, tokenizer, use=data.use)
         return OfflineBatchSource(items, batch_size=data.batch_size, seed=spec.trainer.seed)
     return rollout_source(data.env, data.agent, data.schedule, algorithm, client,
-                          requests_per_draw=data.requests_per_step, max_seq_len=spec.trainer.max_seq_len)
+                          requests_per_draw=data.requests_per_step, max_seq_len=spec.trainer.max_seq_len,
+                          branch=data.branch)
 
 
 def publisher_only(spec: StageSpec) -> PolicyPublisher | None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from ludic_core.compose.configs import BranchConfig
 from ludic_core.config import GRPOConfig, SFTConfig, TrainerConfig
 from ludic_core.recipes.tic_tac_toe import keep_by_reward, teacher_rollouts
 from ludic_core.models import tokenizer_fingerprint
@@ -66,6 +67,17 @@ def test_rl_stage_trains_on_fresh_rollouts(format_tuned_model_dir, tmp_path):
                      data=RolloutData(env=ENV, agent=AGENT, requests_per_step=2), until_step=1)
     res = run_stage(spec)
     assert res["step"] == 1 and res["metrics"]["rollouts"] == 8.0 and res["metrics"]["items"] >= 8
+
+
+def test_rl_stage_branches_at_the_states_its_episodes_reached(format_tuned_model_dir, tmp_path):
+    """The spec's `branch` reaches the stage's source (the flows build the same spec)."""
+    env = ENV.model_copy(update={"kwargs": {**ENV.kwargs, "move_shaping": 0.4, "outcome_weight": 0.0}})
+    spec = StageSpec(model_path=str(format_tuned_model_dir), checkpoint_dir=str(tmp_path / "ckpt"),
+                     algorithm=GRPOConfig(group_size=4, credit="turn", gamma=0.0), trainer=TrainerConfig(lr=1e-4),
+                     data=RolloutData(env=env, agent=AGENT, requests_per_step=2, branch=BranchConfig(states=3)),
+                     until_step=1)
+    m = run_stage(spec)["metrics"]
+    assert m["rollouts"] == 8.0 and 1 <= m["branch_states"] <= 3 and m["branch_rollouts"] == 4 * m["branch_states"]
 
 
 def test_stage_spec_rejects_unknown_fields_naming_them():
