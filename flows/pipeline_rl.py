@@ -119,12 +119,16 @@ class PipelineRLConfig(LaunchConfig):
         return self
 
     def preflight(self) -> None:
+        from ludic_core.batching.branching import check_branching
         from ludic_core.compose.build import check_agent, check_algorithm, check_env
+        from ludic_core.registry import resolve
 
         require_model_dir("model_path", self.model_path)
         check_env(self.env)
         check_agent(self.agent)
         check_algorithm(self.algorithm)
+        if self.branch is not None:
+            check_branching(self.env.name, resolve("env", self.env.name), group_size_of(self.algorithm))
 
     @property
     def backlog(self) -> int:

@@ -6,12 +6,16 @@ different states. `BranchingBatchSource` draws as `RolloutBatchSource` does,
 then picks distinct states the agent faced in the drawn episodes and restarts
 the env at each (`branch_kwargs(obs)` on the env's class names how), one group
 per state: those groups compare actions on one state the policy itself met.
+A branch's prompt holds only the state it restarts at, so it is the prompt
+the policy saw there when its context is that state alone (a sliding window
+of one observation, as tic-tac-toe's recipe has).
 What it bought on the demo: docs/experiments/2026-11-30-branching.md.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import random
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
@@ -21,7 +25,7 @@ from ludic_core.batching.sources import RolloutBatchSource, group_signal, rollou
 from ludic_core.rollout.requests import EnvConfig
 from ludic_core.types import Rollout
 
-__all__ = ["Branchable", "BranchingBatchSource", "branch_kwargs_of", "branch_states"]
+__all__ = ["Branchable", "BranchingBatchSource", "branch_kwargs_of", "branch_states", "check_branching"]
 
 
 @runtime_checkable
@@ -36,12 +40,25 @@ class Branchable(Protocol):
 
 
 def branch_kwargs_of(env_name: str, factory: Any) -> Callable[[str], dict[str, Any] | None]:
-    """`factory.branch_kwargs`, or a ValueError naming the env that cannot branch."""
-    fn = getattr(factory, "branch_kwargs", None)
-    if not callable(fn):
+    """`factory.branch_kwargs`, or a ValueError naming the env that cannot branch.
+    On a class it must be a staticmethod or classmethod: no env is built to ask it."""
+    if not isinstance(factory, Branchable) or not callable(factory.branch_kwargs):
         raise ValueError(f"env {env_name!r} cannot branch: its class offers no branch_kwargs(obs) -> dict | None "
                          "(the kwargs that restart it at the state an observation shows); drop `branch` or add it")
-    return fn
+    if inspect.isclass(factory) and not isinstance(inspect.getattr_static(factory, "branch_kwargs"),
+                                                   (staticmethod, classmethod)):
+        raise ValueError(f"env {env_name!r}: branch_kwargs must be a staticmethod (or classmethod) taking the "
+                         "observation; it is called on the class, without an env")
+    return factory.branch_kwargs
+
+
+def check_branching(env_name: str, factory: Any, group_size: int) -> None:
+    """What `BranchingBatchSource` would refuse, for a flow's preflight: an env that
+    cannot branch, an algorithm without groups."""
+    branch_kwargs_of(env_name, factory)
+    if group_size < 2:
+        raise ValueError(f"branching compares actions within groups, but the algorithm draws none (group_size "
+                         f"{group_size}): drop `branch` or use a group algorithm")
 
 
 def branch_states(rollouts: Sequence[Rollout], kwargs_of: Callable[[str], dict[str, Any] | None], n: int,
@@ -56,7 +73,12 @@ def branch_states(rollouts: Sequence[Rollout], kwargs_of: Callable[[str], dict[s
                 continue
             if not isinstance(kw, dict):
                 raise TypeError(f"branch_kwargs must return a dict or None, got {type(kw).__name__}")
-            seen.setdefault(json.dumps(kw, sort_keys=True), (kw, r))
+            try:
+                key = json.dumps(kw, sort_keys=True)
+            except (TypeError, ValueError) as exc:
+                raise TypeError(f"branch_kwargs must return JSON values (they become an env config), got {kw!r}: "
+                                f"{exc}") from exc
+            seen.setdefault(key, (kw, r))
     states = list(seen.values())
     rng.shuffle(states)
     return states[:n]
@@ -93,6 +115,9 @@ class BranchingBatchSource(RolloutBatchSource):
             "group_id": None, "num_episodes": 1}) for kw, origin in picked]
         rollouts = asyncio.run(self.engine.generate_rollouts(requests, max_steps=self.max_steps,
                                                              strategy=self.strategy))
+        if all(r.failed for r in rollouts):  # a kwarg clash, say: not a policy's doing, and it would recur each step
+            raise ValueError(f"every branched episode failed, e.g. with {picked[0][0]} added to env "
+                             f"{self.env.name!r}'s kwargs: {rollouts[0].meta.get('error')}")
         return rollouts, len(picked)
 
     def next_batch(self) -> SAWBatch:
@@ -102,7 +127,7 @@ class BranchingBatchSource(RolloutBatchSource):
         self.last_rollouts = list(drawn) + branches
         ok = [r for r in self.last_rollouts if not r.failed]
         batch = self.algorithm.prepare(ok, max_seq_len=self.max_seq_len)
-        stats = rollout_stats(branches) | group_signal(branches)
+        stats = rollout_stats(branches) | {"groups": 0.0, "signal_groups": 0.0} | group_signal(branches)
         batch.meta.update(rollout_stats(drawn) | group_signal(drawn) | draw_metrics
                           | {f"branch_{k}": v for k, v in stats.items()} | {"branch_states": float(n)})
         return batch

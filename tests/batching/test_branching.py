@@ -42,7 +42,7 @@ def _source(states=3, algorithm=None, env=ENV, policy=_first_free):
 
 def test_branch_kwargs_restart_a_one_move_game_at_the_board_shown():
     obs = "Board:\nX23\n4O6\n789\nYou are X. Your move."
-    assert TicTacToeEnv.branch_kwargs(obs) == {"start_board": "X...O....", "agent_moves": 1}
+    assert TicTacToeEnv.branch_kwargs(obs) == {"start_board": "X...O....", "agent_moves": 1, "random_start": 0}
     assert TicTacToeEnv.branch_kwargs("no board here") is None
     assert TicTacToeEnv.branch_kwargs("Board:\nXXX\nOO6\n789\nYou are O. You lost.") is None  # over
 
@@ -64,6 +64,7 @@ def test_one_group_per_distinct_state_the_draw_reached():
     assert len(boards) == 3 and boards <= reached  # distinct boards, each one the draw reached
     # stats: the drawn episodes' as without branching, the branches' apart
     assert batch.meta["rollouts"] == 4.0 and batch.meta["branch_rollouts"] == 6.0
+    assert batch.meta["branch_rollouts_failed"] == 0.0
     assert batch.meta["branch_groups"] == 3.0
     # both are prepared together: a branch group whose moves differ in regret is trained on
     spread = {g for g in starts if len({r.total_reward for r in branches if r.meta["group_id"] == g}) > 1}
@@ -91,6 +92,25 @@ def test_fewer_states_than_asked_branches_them_all():
     assert 1 <= batch.meta["branch_states"] < 1000
 
 
+class BadKwargsEnv(TicTacToeEnv):
+    """Restarts with a kwarg the env refuses: every branched episode would fail."""
+
+    @staticmethod
+    def branch_kwargs(obs):
+        return {"agent_moves": 99}
+
+
+class InstanceMethodEnv(TicTacToeEnv):
+    def branch_kwargs(self, obs):  # needs an env: branching asks the class
+        return None
+
+
+class NotJSONEnv(TicTacToeEnv):
+    @staticmethod
+    def branch_kwargs(obs):
+        return {"start_board": {1, 2}}
+
+
 def test_an_env_that_cannot_branch_and_an_algorithm_without_groups_are_refused():
     with pytest.raises(ValueError, match="'arithmetic' cannot branch.*branch_kwargs"):
         _source(env=EnvConfig(name="arithmetic"))
@@ -98,3 +118,20 @@ def test_an_env_that_cannot_branch_and_an_algorithm_without_groups_are_refused()
         _source(algorithm=make_reinforce())
     with pytest.raises(ValueError, match="states"):
         BranchConfig(states=0)
+    with pytest.raises(ValueError, match="must be a staticmethod"):
+        _source(env=EnvConfig(name=f"{__name__}:InstanceMethodEnv"))
+
+
+def test_branches_that_all_fail_stop_the_step_naming_the_env_error():
+    source = _source(env=EnvConfig(name=f"{__name__}:BadKwargsEnv", kwargs={"agent_mark": "alternate"}))
+    with pytest.raises(ValueError, match=r"every branched episode failed.*'agent_moves': 99.*agent_moves must be"):
+        source.next_batch()
+    with pytest.raises(TypeError, match="branch_kwargs must return JSON values"):
+        _source(env=EnvConfig(name=f"{__name__}:NotJSONEnv")).next_batch()
+
+
+def test_exploring_starts_in_the_env_config_are_switched_off_in_the_branches():
+    env = ENV.model_copy(update={"kwargs": {**ENV.kwargs, "random_start": 2}})
+    batch = _source(env=env).next_batch()
+    assert batch.meta["branch_rollouts_failed"] == 0.0 and batch.meta["branch_episode_len_mean"] == 1.0
+

@@ -78,6 +78,7 @@ def test_rl_stage_branches_at_the_states_its_episodes_reached(format_tuned_model
                      until_step=1)
     m = run_stage(spec)["metrics"]
     assert m["rollouts"] == 8.0 and 1 <= m["branch_states"] <= 3 and m["branch_rollouts"] == 4 * m["branch_states"]
+    assert m["branch_rollouts_failed"] == 0 and m["branch_episode_len_mean"] == 1.0  # one move each, none failed
 
 
 def test_stage_spec_rejects_unknown_fields_naming_them():

@@ -260,15 +260,15 @@ class TicTacToeEnv(SingleAgentEnv):
     @staticmethod
     def branch_kwargs(obs: str) -> dict[str, Any] | None:
         """Branching (`ludic_core.batching.branching`): the kwargs that restart a
-        one-move game at the board `obs` shows, for the side to move there; None
-        when `obs` holds no board in play."""
+        one-move game at the board `obs` shows, for the side to move there (exploring
+        starts off: the board is the start); None when `obs` holds no board in play."""
         try:
             b, _ = parse_observation(obs)
         except ValueError:
             return None
         if _result(b, "X") is not None or b.count("X") - b.count("O") not in (0, 1):
             return None
-        return {"start_board": b, "agent_moves": 1}
+        return {"start_board": b, "agent_moves": 1, "random_start": 0}
 
     @property
     def board(self) -> str:
