@@ -30,7 +30,7 @@ from flows.common import SCHEDULE_FOLLOWS_STEPS, LaunchConfig, held, require_mod
 from flows.vllm_inference import vllm_inference
 from ludic_core.bounds import (MAX_BATCH, MAX_EPISODES, MAX_PROCESSES, MAX_QUEUE_ITEMS, MAX_SEED, MAX_STEPS,
                                bounded)
-from ludic_core.compose.configs import AgentConfig, BranchConfig, EnvConfig, SeedSchedule
+from ludic_core.compose.configs import BRANCH_HELP, AgentConfig, BranchConfig, EnvConfig, SeedSchedule
 from ludic_core.compose.policy import ModelPolicy
 from ludic_core.compose.serving import server_for_run
 from ludic_core.config import (PIPELINE_TRAINER, AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig,
@@ -82,8 +82,7 @@ class PipelineRLConfig(LaunchConfig):
                                        description="its group_size is the samples per prompt (stated only here)")
     requests_per_round: int = bounded(8, ge=1, le=MAX_BATCH, description="prompts per actor round")
     schedule: SeedSchedule = Field(SeedSchedule(start=1_000), description="env seeds; each round plays its own")
-    branch: BranchConfig | None = Field(None, description="also play groups restarted at states the drawn episodes "
-                                                          "reached: actions compared on one state (None = off)")
+    branch: BranchConfig | None = Field(None, description=BRANCH_HELP)
     actors: int = bounded(2, ge=1, le=MAX_PROCESSES, description="actor rounds in flight at once")
     actor_launch: ActorLaunch = ActorLaunch()
     steps: int = bounded(20, ge=1, le=MAX_STEPS, description="optimizer steps")

@@ -15,7 +15,7 @@ from flows.loggers import wandb_spec
 from flows.staging import run_stages
 from flows.vllm_inference import vllm_inference
 from ludic_core.bounds import MAX_BATCH, MAX_EPISODES, MAX_SEED, MAX_STEPS, bounded
-from ludic_core.compose.configs import AgentConfig, BranchConfig, EnvConfig, SeedSchedule
+from ludic_core.compose.configs import BRANCH_HELP, AgentConfig, BranchConfig, EnvConfig, SeedSchedule
 from ludic_core.compose.policy import ModelPolicy
 from ludic_core.compose.serving import server_for_run
 from ludic_core.config import (RL_TRAINER, AlgorithmConfig, GRPOConfig, LocalInferenceConfig, TrainerConfig,
@@ -36,8 +36,7 @@ class RLTrainConfig(MultiNodeLaunchConfig, ChainStage):
                                        description="its group_size is the samples per prompt (stated only here)")
     requests_per_step: int = bounded(8, ge=1, le=MAX_BATCH, description="prompts (env seeds) per step")
     schedule: SeedSchedule = Field(SeedSchedule(start=1_000), description="env seeds of consecutive steps")
-    branch: BranchConfig | None = Field(None, description="also play groups restarted at states the drawn episodes "
-                                                          "reached: actions compared on one state (None = off)")
+    branch: BranchConfig | None = Field(None, description=BRANCH_HELP)
     steps: int = bounded(20, ge=1, le=MAX_STEPS, description="optimizer steps")
     steps_per_stage: int = bounded(10, ge=1, le=MAX_STEPS, description="each stage ends in a checkpoint")
     trainer: TrainerConfig = Field(

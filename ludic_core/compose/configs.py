@@ -21,7 +21,7 @@ from ludic_core.inference.sampling import SamplingConfig
 from ludic_core.registry import check_ref
 from ludic_core.rollout.requests import EnvConfig  # one description of an env, which requests carry too
 
-__all__ = ["ComponentConfig", "EnvConfig", "AgentConfig", "SeedSchedule", "BranchConfig"]
+__all__ = ["ComponentConfig", "EnvConfig", "AgentConfig", "SeedSchedule", "BranchConfig", "BRANCH_HELP"]
 
 
 class ComponentConfig(FrozenModel):
@@ -82,6 +82,11 @@ class SeedSchedule(FrozenModel):
 
     def seeds(self, n: int, offset: int = 0) -> list[int]:
         return [self.start + (offset + i) * self.stride for i in range(n)]
+
+
+#: the `branch` field's help, on every config that draws rollouts
+BRANCH_HELP = ("also play groups restarted at states the drawn episodes reached: actions compared on one state "
+               "(None = off)")
 
 
 class BranchConfig(FrozenModel):

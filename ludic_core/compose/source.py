@@ -16,8 +16,8 @@ from ludic_core.batching.branching import BranchingBatchSource, branch_kwargs_of
 from ludic_core.batching.sources import RolloutBatchSource
 from ludic_core.compose.build import build_engine, episode_requests
 from ludic_core.compose.configs import AgentConfig, BranchConfig, EnvConfig, SeedSchedule
-from ludic_core.registry import resolve
 from ludic_core.inference.client import ChatClient
+from ludic_core.registry import resolve
 
 if TYPE_CHECKING:  # the algorithm arrives built; importing its module would load torch with the configs
     from ludic_core.algorithms import RLAlgorithm

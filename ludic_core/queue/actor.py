@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import Field
 
-from ludic_core.compose.configs import AgentConfig, BranchConfig, EnvConfig, SeedSchedule
+from ludic_core.compose.configs import BRANCH_HELP, AgentConfig, BranchConfig, EnvConfig, SeedSchedule
 from ludic_core.compose.source import rollout_source
 from ludic_core.config import AlgorithmConfig, LocalInferenceConfig, VLLMEndpoint
 from ludic_core.frozen import FrozenModel
@@ -55,8 +55,7 @@ class ActorSpec(FrozenModel):
     algorithm: AlgorithmConfig = Field(description="credit and filters; its group_size is the samples per prompt")
     requests_per_round: int = Field(8, ge=1, description="prompts per round, each sampled group_size times")
     schedule: SeedSchedule = Field(SeedSchedule(start=1_000), description="env seeds; round r plays its own block")
-    branch: BranchConfig | None = Field(None, description="also play groups restarted at states the drawn episodes "
-                                                          "reached: actions compared on one state (None = off)")
+    branch: BranchConfig | None = Field(None, description=BRANCH_HELP)
     url: str = Field(description="the Redis server (redis://, rediss:// or unix://)")
     password_env: str = Field("LUDIC_REDIS_PASSWORD", description="environment variable holding the password")
     key: str = "ludic:saw"

@@ -12,7 +12,7 @@ from typing import Annotated, Literal, Union
 from pydantic import Field, model_validator
 
 from ludic_core.bounds import MAX_BATCH, MAX_NODES, MAX_SECONDS, MAX_STEPS, bounded
-from ludic_core.compose.configs import AgentConfig, BranchConfig, EnvConfig, SeedSchedule
+from ludic_core.compose.configs import BRANCH_HELP, AgentConfig, BranchConfig, EnvConfig, SeedSchedule
 from ludic_core.config import AlgorithmConfig, LocalInferenceConfig, TrainerConfig, VLLMEndpoint
 from ludic_core.frozen import FrozenModel
 
@@ -40,8 +40,7 @@ class RolloutData(FrozenModel):
     requests_per_step: int = bounded(8, ge=1, le=MAX_BATCH,
                                      description="prompts (env seeds) per step; each is sampled group_size times")
     schedule: SeedSchedule = Field(SeedSchedule(start=1_000), description="the env seeds of consecutive steps")
-    branch: BranchConfig | None = Field(None, description="also play groups restarted at states the drawn episodes "
-                                                          "reached: actions compared on one state (None = off)")
+    branch: BranchConfig | None = Field(None, description=BRANCH_HELP)
 
 
 class StreamData(FrozenModel):
