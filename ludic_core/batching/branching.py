@@ -52,13 +52,17 @@ def branch_kwargs_of(env_name: str, factory: Any) -> Callable[[str], dict[str, A
     return factory.branch_kwargs
 
 
+def _require_groups(group_size: int | None) -> None:
+    if not (group_size or 0) > 1:
+        raise ValueError(f"branching compares actions within groups, but the algorithm draws no groups (group_size "
+                         f"{group_size} draws none of two or more samples): drop `branch` or use a group algorithm")
+
+
 def check_branching(env_name: str, factory: Any, group_size: int) -> None:
     """What `BranchingBatchSource` would refuse, for a flow's preflight: an env that
     cannot branch, an algorithm without groups."""
     branch_kwargs_of(env_name, factory)
-    if group_size < 2:
-        raise ValueError(f"branching compares actions within groups, but the algorithm draws none (group_size "
-                         f"{group_size}): drop `branch` or use a group algorithm")
+    _require_groups(group_size)
 
 
 def branch_states(rollouts: Sequence[Rollout], kwargs_of: Callable[[str], dict[str, Any] | None], n: int,
@@ -98,9 +102,7 @@ class BranchingBatchSource(RolloutBatchSource):
                  env: EnvConfig, branch_kwargs: Callable[[str], dict[str, Any] | None], states: int,
                  seed: int = 0, **kwargs: Any) -> None:
         super().__init__(engine, make_requests, algorithm, **kwargs)
-        if self.strategy is None or not (algorithm.group_size or 0) > 1:
-            raise ValueError(f"branching compares actions within groups, but algorithm {algorithm.name!r} draws no "
-                             "groups (group_size > 1): drop `branch` or use a group algorithm")
+        _require_groups(algorithm.group_size if self.strategy is not None else None)
         self.env, self.branch_kwargs, self.states, self.seed = env, branch_kwargs, states, seed
 
     def _branches(self, drawn: Sequence[Rollout], index: int) -> tuple[list[Rollout], int]:

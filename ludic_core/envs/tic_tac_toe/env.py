@@ -120,7 +120,7 @@ def parse_observation(text: str) -> tuple[str, str]:
     b = "".join(boards[-1])
     b = "".join("." if c.isdigit() else c for c in b)  # numbered empty cells
     marks = _MARK_RE.findall(text)
-    mark = marks[-1] if marks else ("X" if b.count("X") == b.count("O") else "O")
+    mark = marks[-1] if marks else _to_move(b)
     return b, mark
 
 
@@ -263,10 +263,8 @@ class TicTacToeEnv(SingleAgentEnv):
         one-move game at the board `obs` shows, for the side to move there (exploring
         starts off: the board is the start); None when `obs` holds no board in play."""
         try:
-            b, _ = parse_observation(obs)
-        except ValueError:
-            return None
-        if _result(b, "X") is not None or b.count("X") - b.count("O") not in (0, 1):
+            b = _check_start(parse_observation(obs)[0])
+        except ValueError:  # no board, or none a game goes on from
             return None
         return {"start_board": b, "agent_moves": 1, "random_start": 0}
 
