@@ -171,6 +171,34 @@ def test_a_confident_teacher_samples_like_a_model_and_plays_its_mode_greedily():
         heuristic_teacher(confidence=-1.0)
 
 
+def test_an_insightful_teacher_samples_the_sound_move_as_its_runner_up():
+    import math
+    from collections import Counter
+
+    from ludic_core.envs.tic_tac_toe.players import heuristic_teacher
+
+    teacher = heuristic_teacher(seed=5, confidence=2.5, insight=2.0)
+    opening = _ask("X........", "O")  # only the centre (5) holds the draw; the preferred edge 2 gives it away
+    assert {teacher(opening, temperature=0.0) for _ in range(20)} == {"<move>2</move>"}  # greedy: the blind spot
+    counts = Counter(teacher(opening, temperature=1.0) for _ in range(8000))
+    # logits: 2 -> 2.5 - 2 = 0.5, the centre 0, the six other cells (regret 1) -2
+    z = math.exp(0.5) + 1 + 6 * math.exp(-2)
+    assert abs(counts["<move>2</move>"] / 8000 - math.exp(0.5) / z) < 0.02  # 0.476
+    assert abs(counts["<move>5</move>"] / 8000 - 1 / z) < 0.02  # 0.289
+    assert all(abs(counts[f"<move>{c}</move>"] / 8000 - math.exp(-2) / z) < 0.012 for c in (3, 4, 6, 7, 8, 9))
+    # a move giving away two units weighs the same as one (the greedy row keeps every blind spot)
+    assert heuristic_teacher(confidence=2.5, insight=2.0)(_ask("X........", "O")) == heuristic_teacher()(
+        _ask("X........", "O"))
+    # where the preferred move is sound, it stays the mode, and the unsound ones fall back
+    centre = _ask("....X....", "O")  # only corners hold; the preferred edge gives the draw away
+    assert heuristic_teacher(confidence=1.5, insight=2.0)(centre) == "<move>1</move>"  # insight wins: first corner
+    assert {heuristic_teacher(confidence=2.5, insight=2.0)(_ask("XX..O....", "O"), temperature=5.0)
+            for _ in range(50)} == {"<move>3</move>"}  # a block is never weighed away
+    for bad in ({"insight": 1.0}, {"insight": -1.0, "confidence": 2.0}):
+        with pytest.raises(ValueError, match="insight"):
+            heuristic_teacher(**bad)
+
+
 def test_sysprompt_has_no_digit_to_copy():
     # an example cell in the instructions becomes the cell a tiny model always plays
     assert not any(ch.isdigit() for ch in TicTacToeEnv().suggested_sysprompt)

@@ -11,7 +11,7 @@ import random
 from typing import Callable, Literal
 
 from ludic_core.envs.tic_tac_toe.env import parse_observation
-from ludic_core.envs.tic_tac_toe.rules import legal_moves, minimax_moves, winning_moves
+from ludic_core.envs.tic_tac_toe.rules import legal_moves, minimax_moves, move_regret, winning_moves
 from ludic_core.types import Message
 
 __all__ = ["scripted_tic_tac_toe_policy", "heuristic_teacher", "minimax_teacher", "random_player"]
@@ -94,7 +94,7 @@ _FALLBACKS = {"edges": _EDGES_FIRST, "centre": _PREFERENCE, "random": None}
 def heuristic_teacher(seed: int = 0, fallback: Literal["edges", "centre", "random"] = "edges",
                       confidence: float | None = None,
                       overlooks: Literal["rows", "columns", "diagonals"] | None = None,
-                      notice: float = 0.3) -> Callable[..., str]:
+                      notice: float = 0.3, insight: float | None = None) -> Callable[..., str]:
     """The demo's teacher (registered policy `tic_tac_toe_heuristic`): wins when it can, blocks
     when it must, and otherwise plays edges first, corners next, the centre last (`fallback:
     centre`: centre, corners, edges; `random`: a random legal move). Good but imperfect, as a
@@ -110,7 +110,16 @@ def heuristic_teacher(seed: int = 0, fallback: Literal["edges", "centre", "rando
     `overlooks` is a blind spot in blocking, where RL on the reward can see it: a threat only on
     those lines is blocked with probability sigmoid(logit(`notice`) / T) when sampled (`notice` at
     T = 1), never when greedy (if `notice` < 0.5); otherwise it plays its fallback. Its student
-    then blocks there now and then, which gives RL the comparison to learn from."""
+    then blocks there now and then, which gives RL the comparison to learn from.
+
+    `insight` (with `confidence`) is a teacher model's sense of what each move is worth: with
+    nothing to win or block, move m has logit `confidence` x [m preferred] - `insight` x [m gives
+    game value away under best play], sampled at the request's temperature, greedy its argmax
+    (ties to the preferred move). With `confidence` > `insight` it still plays its preferred move
+    greedily wherever that gives value away (its blind spot: the greedy row is the plain
+    heuristic's), yet its samples put real mass on the sound moves there, as a
+    real teacher's pass@k exceeds its pass@1: its student meets the sound lines in its data, and
+    RL has sound alternatives in its groups to sharpen into the greedy move."""
     if fallback not in _FALLBACKS:
         raise ValueError(f"unknown fallback {fallback!r}; expected one of {sorted(_FALLBACKS)}")
     if confidence is not None and not confidence >= 0.0:
@@ -119,6 +128,9 @@ def heuristic_teacher(seed: int = 0, fallback: Literal["edges", "centre", "rando
         raise ValueError(f"unknown overlooks {overlooks!r}; expected one of {sorted(_LINES)} or None")
     if not 0.0 < notice < 1.0:
         raise ValueError(f"notice must be a probability in (0, 1), got {notice!r}")
+    if insight is not None and (confidence is None or not insight >= 0.0):
+        raise ValueError(f"insight must be a logit scale >= 0, beside a confidence; got insight {insight!r}, "
+                         f"confidence {confidence!r}")
     order, rng = _FALLBACKS[fallback], random.Random(seed)
     visible = [line for name, lines in _LINES.items() if name != overlooks for line in lines]
     notice_logit = math.log(notice / (1.0 - notice))
@@ -142,6 +154,8 @@ def heuristic_teacher(seed: int = 0, fallback: Literal["edges", "centre", "rando
             noticed = (temperature > 0.0 and rng.random() < 1.0 / (1.0 + math.exp(
                 -max(min(notice_logit / temperature, 50.0), -50.0)))) or (temperature <= 0.0 and notice > 0.5)
             return f"<move>{blocks[0] if noticed else preferred}</move>"
+        if insight is not None and confidence is not None:  # checked together above
+            return f"<move>{_weigh(board, mark, moves, order, preferred, confidence, insight, temperature, rng)}</move>"
         others = [m for m in moves if m != preferred]
         if confidence is None or temperature <= 0.0 or not others:
             return f"<move>{preferred}</move>"
@@ -149,6 +163,19 @@ def heuristic_teacher(seed: int = 0, fallback: Literal["edges", "centre", "rando
         return f"<move>{preferred if rng.random() * (weight + len(others)) < weight else rng.choice(others)}</move>"
 
     return teacher
+
+
+def _weigh(board: str, mark: str, moves: list[int], order: tuple[int, ...] | None, preferred: int,
+           confidence: float, insight: float, temperature: float, rng: random.Random) -> int:
+    """`heuristic_teacher`'s move with `insight`: greedy the argmax (ties in the fallback's order,
+    the preferred move first), else a softmax sample at T."""
+    logits = [confidence * (m == preferred) - insight * (move_regret(board, m, mark) > 0) for m in moves]
+    if temperature <= 0.0:
+        rank = {m: (m == preferred, -(order.index(m) if order else 0)) for m in moves}
+        return max(zip(logits, moves), key=lambda lm: (lm[0], *rank[lm[1]]))[1]
+    top = max(logits)
+    weights = [math.exp(max((z - top) / temperature, -50.0)) for z in logits]
+    return rng.choices(moves, weights=weights)[0]
 
 
 def random_player(seed: int | None = None) -> Callable[[list[Message]], str]:
