@@ -123,7 +123,7 @@ def demo_stages(recipe_name: str, demo_dir: str, *, sft: bool, sft_steps: int | 
                 teacher_episodes: int | None = None) -> tuple[str, str | None]:
     """(teacher dataset, SFT checkpoint or None), made by the demo's own stages
     under demo_dir/RECIPE (RECIPE-sftN for a step count other than the recipe's,
-    -kK for K teacher episodes instead of the demo's 4096); a rerun finds what exists."""
+    -kK for K teacher episodes instead of the recipe's); a rerun finds what exists."""
     from flows.demo import DemoConfig, teacher_data, teacher_to_sft
     from ludic_core.models import build_tiny_model
     from ludic_core.recipes.recipe import get_recipe
@@ -317,7 +317,8 @@ def main() -> None:
     ap.add_argument("--sft-steps", type=int, help="SFT steps of the starts made here (default: each recipe's)")
     ap.add_argument("--teacher-episodes", type=int,
                     help="teacher episodes behind the starts made here and the control's data (default: the "
-                         "demo's 4096); a few hundred give a start that more SFT on the same data cannot improve")
+                         "recipe's: 16384 for tic-tac-toe, 4096 for the others); a few hundred give a start that "
+                         "more SFT on the same data cannot improve")
     ap.add_argument("--out", default="runs/algorithms")
     ap.add_argument("--merge", nargs="+", type=Path, metavar="RUN",
                     help="train nothing: one table from these runs' results.json (or their --out dirs), e.g. "

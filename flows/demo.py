@@ -36,8 +36,9 @@ class DemoConfig(FlowConfig):
     run_dir: str | None = Field(None, description="everything the chain writes goes here (None = runs/demo/RECIPE)")
     preset: Literal["tiny-1m", "tiny-10m"] = "tiny-1m"
     seed: int = bounded(0, ge=0, le=MAX_SEED, description="seed of the tiny model and the trainers")
-    teacher_episodes: int = bounded(4096, ge=1, le=MAX_EPISODES,
-                                    description="episodes the teacher plays for rejection sampling")
+    teacher_episodes: int | None = bounded(None, ge=1, le=MAX_EPISODES,
+                                           description="episodes the teacher plays for rejection sampling "
+                                                       "(None = the recipe's)")
     sft_steps: int | None = bounded(None, ge=1, le=MAX_STEPS, description="SFT steps (None = the recipe's)")
     sft_lr: float = Field(SFT_TRAINER.lr, gt=0, description="peak SFT learning rate (cosine decay to 0)")
     rl_steps: int | None = bounded(None, ge=1, le=MAX_STEPS, description="RL steps (None = the recipe's)")
@@ -74,25 +75,35 @@ def _evaluate_teacher(recipe: Recipe, cfg: DemoConfig) -> dict[str, float]:
                            recipe.agent, seeds=_eval_seeds(recipe, cfg))
 
 
+def rejection_stage(cfg: DemoConfig, recipe: Recipe, model_path: str) -> RejectionSamplingConfig:
+    """Rejection sampling of the recipe's teacher: its episodes, keep rule and env."""
+    return RejectionSamplingConfig(
+        env=recipe.env, agent=recipe.agent, student_path=model_path,
+        prompts=cfg.teacher_episodes or recipe.teacher_episodes,
+        teacher=ScriptedPolicy(policy=recipe.teacher, kwargs=recipe.teacher_kwargs),
+        keep=recipe.keep, out_dir=f"{cfg.out}/rejection")
+
+
 def teacher_data(cfg: DemoConfig, recipe: Recipe, model_path: str) -> str:
     """Rejection sampling from the recipe's teacher, tokenised for `model_path`:
     the dataset dir (made once; a rerun finds it)."""
-    return rejection_sampling(RejectionSamplingConfig(
-        env=recipe.env, agent=recipe.agent, student_path=model_path, prompts=cfg.teacher_episodes,
-        teacher=ScriptedPolicy(policy=recipe.teacher, kwargs=recipe.teacher_kwargs),
-        keep=recipe.keep, out_dir=f"{cfg.out}/rejection"))
+    return rejection_sampling(rejection_stage(cfg, recipe, model_path))
+
+
+def sft_stage(cfg: DemoConfig, recipe: Recipe, model_path: str, dataset: str) -> SupervisedFinetuneConfig:
+    """SFT of `model_path` on `dataset` at the recipe's steps and batch size (the demo may override the steps)."""
+    steps = cfg.sft_steps or recipe.sft_steps
+    return SupervisedFinetuneConfig(
+        model_path=model_path, dataset_path=dataset, out_dir=f"{cfg.out}/sft", steps=steps,
+        batch_size=recipe.sft_batch_size, steps_per_stage=max(steps // 4, 1), launcher=cfg.launcher,
+        progress_bar=cfg.progress_bar, trainer=sft_trainer(cfg, recipe, steps))
 
 
 def teacher_to_sft(cfg: DemoConfig, recipe: Recipe, model_path: str) -> tuple[str, str]:
     """`teacher_data`, then SFT of `model_path` on it: (dataset dir, SFT model
     dir). The RL stage (and benchmarks/algorithms.py) start from that model."""
-    run, steps = cfg.out, cfg.sft_steps or recipe.sft_steps
     dataset = teacher_data(cfg, recipe, model_path)
-    sft_model = sft(SupervisedFinetuneConfig(
-        model_path=model_path, dataset_path=dataset, out_dir=f"{run}/sft", steps=steps,
-        steps_per_stage=max(steps // 4, 1), launcher=cfg.launcher, progress_bar=cfg.progress_bar,
-        trainer=sft_trainer(cfg, recipe, steps)))
-    return dataset, sft_model
+    return dataset, sft(sft_stage(cfg, recipe, model_path, dataset))
 
 
 def rl_agent(recipe: Recipe) -> AgentConfig:

@@ -29,7 +29,10 @@ class Recipe(FrozenModel):
     teacher: str = Field(description="scripted teacher policy factory (registered name or import path)")
     teacher_kwargs: dict[str, Any] = Field(default_factory=dict)
     keep: KeepRule = KeepRule(min_return=1.0)
+    teacher_episodes: int = bounded(4096, ge=1, le=MAX_EPISODES,
+                                    description="episodes the teacher plays for the demo chain's rejection sampling")
     sft_steps: int = bounded(400, ge=1, le=MAX_STEPS, description="SFT steps of the demo chain")
+    sft_batch_size: int = bounded(64, ge=1, le=MAX_BATCH, description="examples per SFT step of the demo chain")
     rl_temperature: float = Field(1.0, gt=0.0, description="sampling temperature of RL rollouts")
     rl_steps: int = bounded(30, ge=1, le=MAX_STEPS, description="RL steps of the demo chain (generated batches)")
     rl_algorithm: GRPOConfig = Field(GRPOConfig(group_size=8), description="the demo chain's RL algorithm: group "

@@ -3,7 +3,7 @@ recipe's learning rate and RL env, and the teacher's replies fit the agent's tok
 
 import pytest
 
-from flows.demo import DemoConfig, rl_stage, rl_trainer, sft_trainer
+from flows.demo import DemoConfig, rejection_stage, rl_stage, rl_trainer, sft_stage, sft_trainer
 from ludic_core.envs.arithmetic import arithmetic_oracle, generate_arithmetic_problems
 from ludic_core.recipes.recipe import get_recipe
 
@@ -77,6 +77,18 @@ def test_the_rl_stage_takes_the_recipes_algorithm_and_steps_unless_the_demo_over
     assert stage.requests_per_step == 5
     stage = rl_stage(DemoConfig(group_size=6, rl_steps=5), recipe, "m")
     assert stage.algorithm == algorithm.model_copy(update={"group_size": 6}) and stage.steps == 5
+
+
+def test_the_teacher_data_and_sft_stages_take_the_recipes_episodes_and_batch_unless_the_demo_overrides_them():
+    recipe = get_recipe("tic_tac_toe").model_copy(update={"teacher_episodes": 300, "sft_batch_size": 96,
+                                                         "sft_steps": 40})
+    data = rejection_stage(DemoConfig(run_dir="r"), recipe, "m")
+    assert data.prompts == 300 and data.teacher.kwargs == recipe.teacher_kwargs and data.keep == recipe.keep
+    assert rejection_stage(DemoConfig(teacher_episodes=7), recipe, "m").prompts == 7
+    sft = sft_stage(DemoConfig(run_dir="r"), recipe, "m", "r/rejection/dataset")
+    assert (sft.batch_size, sft.steps, sft.steps_per_stage, sft.trainer.total_steps) == (96, 40, 10, 40)
+    assert sft.dataset_path == "r/rejection/dataset" and sft.out_dir == "r/sft"
+    assert sft_stage(DemoConfig(sft_steps=8), recipe, "m", "d").steps == 8
 
 
 def test_arithmetic_rl_trains_on_the_env_the_teacher_plays():
