@@ -8,8 +8,8 @@ retry would not even show the board again. The teacher is good but imperfect,
 and samples as a teacher model does (`tic_tac_toe_heuristic` with `confidence`
 2.5 and `insight` 2: it wins when it can, blocks when it must, and otherwise
 prefers edges, then corners, the centre last; greedy it plays X 0.95, O 0.885
-win+draw, the table's teacher row, while its samples put about a third of
-their mass on the sound moves where its preference gives value away, as a
+win+draw, the table's teacher row, while its samples put a third to a half
+of their mass on the sound moves where its preference gives value away, as a
 teacher model's samples hold answers its greedy decoding misses). Its student
 copies that distribution, so RL finds alternatives in its groups where the
 teacher is wrong (a deterministic teacher's student put 1.000 on the
@@ -28,7 +28,7 @@ docs/results.md):
 - 800 SFT steps, not 400 (the cosine schedule stretched to match): 400 steps
   left the model undertrained and at the mercy of the data order.
 - 16384 teacher games, not 4096, and SFT batches of 128 (35 s more rejection
-  sampling, twice the SFT compute): the student meets four times the boards,
+  sampling, twice the SFT compute): the student sees four times the games,
   and ends RL higher in every seed; at batches of 64 it is undertrained on
   that much data (docs/experiments/2026-11-30-more-teacher-games.md).
 

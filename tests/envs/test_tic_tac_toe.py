@@ -186,15 +186,18 @@ def test_an_insightful_teacher_samples_the_sound_move_as_its_runner_up():
     assert abs(counts["<move>2</move>"] / 8000 - math.exp(0.5) / z) < 0.02  # 0.476
     assert abs(counts["<move>5</move>"] / 8000 - 1 / z) < 0.02  # 0.289
     assert all(abs(counts[f"<move>{c}</move>"] / 8000 - math.exp(-2) / z) < 0.012 for c in (3, 4, 6, 7, 8, 9))
-    # a move giving away two units weighs the same as one (the greedy row keeps every blind spot)
-    assert heuristic_teacher(confidence=2.5, insight=2.0)(_ask("X........", "O")) == heuristic_teacher()(
-        _ask("X........", "O"))
+    # a move giving away two units weighs the same as one, so the greedy row keeps every blind spot:
+    # X on X2O/456/789 wins with 4, 7 or 9; its preferred edge 2 turns that win into a loss
+    won = _ask("X.O......", "X")
+    assert move_regret("X.O......", 2, "X") == 2 and minimax_moves("X.O......", "X") == [4, 7, 9]
+    assert heuristic_teacher(confidence=2.5, insight=2.0)(won) == heuristic_teacher()(won) == "<move>2</move>"
     # where the preferred move is sound, it stays the mode, and the unsound ones fall back
     centre = _ask("....X....", "O")  # only corners hold; the preferred edge gives the draw away
     assert heuristic_teacher(confidence=1.5, insight=2.0)(centre) == "<move>1</move>"  # insight wins: first corner
     assert {heuristic_teacher(confidence=2.5, insight=2.0)(_ask("XX..O....", "O"), temperature=5.0)
             for _ in range(50)} == {"<move>3</move>"}  # a block is never weighed away
-    for bad in ({"insight": 1.0}, {"insight": -1.0, "confidence": 2.0}):
+    for bad in ({"insight": 1.0}, {"insight": -1.0, "confidence": 2.0}, {"insight": math.inf, "confidence": 2.0},
+                {"insight": 0.0, "confidence": math.inf}):
         with pytest.raises(ValueError, match="insight"):
             heuristic_teacher(**bad)
 

@@ -128,9 +128,9 @@ def heuristic_teacher(seed: int = 0, fallback: Literal["edges", "centre", "rando
         raise ValueError(f"unknown overlooks {overlooks!r}; expected one of {sorted(_LINES)} or None")
     if not 0.0 < notice < 1.0:
         raise ValueError(f"notice must be a probability in (0, 1), got {notice!r}")
-    if insight is not None and (confidence is None or not insight >= 0.0):
-        raise ValueError(f"insight must be a logit scale >= 0, beside a confidence; got insight {insight!r}, "
-                         f"confidence {confidence!r}")
+    if insight is not None and (confidence is None or not 0.0 <= insight < math.inf or not math.isfinite(confidence)):
+        raise ValueError(f"insight must be a finite logit scale >= 0, beside a finite confidence; got insight "
+                         f"{insight!r}, confidence {confidence!r}")
     order, rng = _FALLBACKS[fallback], random.Random(seed)
     visible = [line for name, lines in _LINES.items() if name != overlooks for line in lines]
     notice_logit = math.log(notice / (1.0 - notice))
