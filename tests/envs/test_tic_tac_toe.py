@@ -12,6 +12,7 @@ from ludic_core.envs import (
 from ludic_core.envs.tic_tac_toe import (
     legal_moves,
     minimax_moves,
+    move_delay,
     move_regret,
     parse_observation,
     render_board,
@@ -293,6 +294,58 @@ def test_move_regret_by_hand():
     assert [move_regret("....X....", c, "O") for c in (1, 2, 3, 4, 6, 7, 8, 9)] == [0, 1, 0, 1, 1, 0, 1, 0]
 
 
+def test_move_delay_by_hand():
+    # X (1, 2) against O (4, 7), X to move: 3 wins now. 6 threatens only 3; O blocks there and
+    # threatens 3-5-7, X blocks at 5 with a fork (8 and 9) and wins two moves after a win now.
+    # 5 and 9 fork at once (a win one move late).
+    board = "XX.O..O.."
+    assert [(c, move_regret(board, c, "X"), move_delay(board, c, "X")) for c in legal_moves(board)] == [
+        (3, 0, 0), (5, 0, 1), (6, 0, 2), (8, 0, 1), (9, 0, 1)]
+    # a move that gives the win away is regret, not delay; a drawn position has no delay
+    assert (move_regret("X.X.O.O..", 4, "X"), move_delay("X.X.O.O..", 4, "X")) == (1, 0)
+    assert [move_delay(".........", c, "X") for c in range(1, 10)] == [0] * 9
+
+
+def test_win_speed_charges_a_later_win_in_regret_units():
+    env = TicTacToeEnv(agent_mark="X", move_shaping=0.4, outcome_weight=0.0, win_speed=0.5)
+    for cell, delay in (("3", 0), ("5", 1), ("6", 2)):
+        env.env_reset(0)
+        env._board = "XX.O..O.."
+        out = env.env_step(cell)
+        assert out.info["delay"] == delay and out.info["regret"] == 0
+        assert out.reward == pytest.approx(-0.4 * 0.5 * delay)
+    plain = TicTacToeEnv(agent_mark="X", move_shaping=0.4, outcome_weight=0.0)  # off by default
+    plain.env_reset(0)
+    plain._board = "XX.O..O.."
+    out = plain.env_step("6")
+    assert out.reward == 0.0 and out.info["delay"] == 2
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValueError, match="win_speed"):
+            TicTacToeEnv(win_speed=bad)
+
+
+def test_no_legal_move_costs_more_than_twice_the_shaping_under_win_speed():
+    # The docstring's bound: a delay comes only with regret 0 and is at most 2 on every reachable
+    # board, so at win_speed <= 1 a legal move costs at most 2c, below an illegal move's 1 + 2c.
+    seen, worst = set(), 0.0
+
+    def walk(board: str, player: str) -> None:
+        nonlocal worst
+        if (board, player) in seen:
+            return
+        seen.add((board, player))
+        for c in legal_moves(board):
+            regret, delay = move_regret(board, c, player), move_delay(board, c, player)
+            assert not (regret and delay)
+            worst = max(worst, regret + 1.0 * delay)
+            after = board[: c - 1] + player + board[c:]
+            if legal_moves(after):
+                walk(after, "O" if player == "X" else "X")
+
+    walk("." * 9, "X")
+    assert worst == 2
+
+
 def test_move_shaping_charges_each_move_its_regret():
     env = TicTacToeEnv(opponent="minimax", move_shaping=0.25)
     env.reset(seed=0)
@@ -565,7 +618,8 @@ def test_agent_moves_cuts_the_game_and_scores_it_by_its_minimax_value():
         if cell == 3:  # a finished game keeps its own result
             assert out.info["result"] == "win" and out.reward == 1.0
             continue
-        assert out.info == {"regret": regret, "value": value, "result": "cut", "board": env.board, "agent_mark": "X"}
+        assert out.info == {"regret": regret, "delay": 0, "value": value, "result": "cut", "board": env.board,
+                            "agent_mark": "X"}
         assert out.reward == (value + 1) / 2  # win 1, draw 0.5, loss 0: the game's scale
         assert env.board.count("O") == 2  # cut before the opponent replied
     shaped = TicTacToeEnv(agent_mark="X", agent_moves=1, move_shaping=0.5)

@@ -26,6 +26,7 @@ from ludic_core.envs.tic_tac_toe.rules import (  # the rules live there; re-expo
     _result,
     legal_moves,
     minimax_moves,
+    move_delay,
     move_regret,
     move_value,
     render_board,
@@ -199,13 +200,20 @@ class TicTacToeEnv(SingleAgentEnv):
     credit with gamma 0 can then compare the siblings' moves at one turn
     index across different boards without the outcome of the one sibling
     whose game ended there pulling the others' quiet moves down.
+
+    `win_speed` s in [0, 1] makes the shaping count speed too: a move that
+    keeps a won game won but wins d of the agent's moves later than its best
+    move costs -c x s x d (`info["delay"]`). Regret alone counts value, and
+    with the outcome weighted 0 RL drifted off immediate wins onto forks of
+    equal value (docs/experiments/2026-11-30-more-teacher-games.md). s <= 1
+    keeps every legal move's cost at most 2c, below an illegal move's.
     """
 
     def __init__(
         self, opponent: Literal["random", "minimax"] = "random",
         agent_mark: Literal["X", "O", "alternate"] = "X", move_shaping: float = 0.0,
         random_start: int = 0, agent_moves: int | None = None, outcome_weight: float = 1.0,
-        start_board: str | None = None,
+        start_board: str | None = None, win_speed: float = 0.0,
     ) -> None:
         super().__init__()
         if opponent not in _OPPONENTS:
@@ -219,6 +227,10 @@ class TicTacToeEnv(SingleAgentEnv):
             raise ValueError(f"outcome_weight must be in [0, 1] (the weight of a finished game's result), "
                              f"got {outcome_weight!r}")
         self.outcome_weight = float(outcome_weight)
+        if not 0.0 <= win_speed <= 1.0:
+            raise ValueError(f"win_speed must be in [0, 1] (the cost of each move by which a win comes later, "
+                             f"in regret units), got {win_speed!r}")
+        self.win_speed = float(win_speed)
         if isinstance(random_start, bool) or not (isinstance(random_start, int) and 0 <= random_start <= 3):
             raise ValueError(f"random_start must be an int in 0..3 (random moves per side before the agent's first), "
                              f"got {random_start!r}")
@@ -301,17 +313,19 @@ class TicTacToeEnv(SingleAgentEnv):
         if index is None:
             return self._finish("illegal", {"illegal_move": True, "error": error})
         regret = move_regret(self._board, index + 1, self.agent_mark)
-        shaping = -self.move_shaping * regret
+        delay = move_delay(self._board, index + 1, self.agent_mark)
+        scored = {"regret": regret, "delay": delay}
+        shaping = -self.move_shaping * (regret + self.win_speed * delay)
         before, self._board = self._board, _place(self._board, index, self.agent_mark)
         self._moves += 1
         result = _result(self._board, self.agent_mark)
         if result is not None:
-            return self._finish(result, {"regret": regret}, shaping)
+            return self._finish(result, scored, shaping)
         if self.agent_moves is not None and self._moves >= self.agent_moves:
             value = move_value(before, index + 1, self.agent_mark)
-            return self._finish("cut", {"regret": regret, "value": value},
+            return self._finish("cut", scored | {"value": value},
                                 shaping + self.outcome_weight * (value + 1) / 2)
-        extra = {"opponent_move": self._opponent_move(), "regret": regret}
+        extra = scored | {"opponent_move": self._opponent_move()}
         result = _result(self._board, self.agent_mark)
         if result is not None:
             return self._finish(result, extra, shaping)

@@ -11,7 +11,7 @@ from functools import lru_cache
 from typing import Iterable, Literal
 
 __all__ = ["Mark", "EMPTY_BOARD", "winner", "legal_moves", "winning_moves", "minimax_moves", "move_regret",
-           "move_value", "render_board"]
+           "move_delay", "move_value", "render_board"]
 
 Mark = Literal["X", "O"]
 EMPTY_BOARD = "." * 9
@@ -105,6 +105,17 @@ def move_regret(board: str | Iterable[str], cell: int, player: str) -> int:
     `player` gives away by playing `cell` (1-based, legal): 0, 1 or 2."""
     b = _as_board(board)
     return _value(_best_score(b, player)) - _value(_move_score(b, cell - 1, player))
+
+
+def move_delay(board: str | Iterable[str], cell: int, player: str) -> int:
+    """How many of its own moves later `player` wins after playing `cell` (1-based,
+    legal) than under its best play, in a position it wins: a forced win two moves
+    on instead of a win now is 1. 0 when the position is not won, or when `cell`
+    gives the win away (`move_regret` counts that). Regret counts value, not
+    speed, so a policy rewarded by regret alone may drift off an immediate win."""
+    b = _as_board(board)
+    best, score = _best_score(b, player), _move_score(b, cell - 1, player)
+    return (best - score) // 2 if score > 0 else 0
 
 
 def move_value(board: str | Iterable[str], cell: int, player: str) -> int:
