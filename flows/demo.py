@@ -6,13 +6,16 @@ here knows a game. Each
 stage's output path is the next stage's input and is recorded in a lineage
 artifact; evaluations of the teacher's own play, before SFT, after SFT and
 after RL (the same episodes) become a table artifact and the flow's return value. Re-running after a crash skips the
-stages whose outputs exist.
+stages whose outputs exist; a run dir written with other settings (an upgrade's new recipe defaults
+included) is refused, since its outputs would be reused as if they were this run's.
 """
 
 from __future__ import annotations
 
+import json
 import time
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
 from prefect import flow
 from pydantic import Field
@@ -53,6 +56,49 @@ class DemoConfig(FlowConfig):
     @property
     def out(self) -> str:
         return self.run_dir or f"runs/demo/{self.recipe}"
+
+    def preflight(self) -> None:
+        check_run_dir(self, get_recipe(self.recipe), record=False)
+
+
+#: what the stages' outputs depend on, besides the recipe (the evaluation and the plumbing are redone each run)
+_STAGE_FIELDS = {"recipe", "preset", "seed", "teacher_episodes", "sft_steps", "sft_lr", "rl_steps", "rl_lr",
+                 "group_size"}
+#: the stages' outputs in a run dir (models/, rejection/, sft/, rl/): reused when they exist
+_STAGE_DIRS = ("models", "rejection", "sft", "rl")
+SETTINGS_FILE = "demo-settings.json"
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) and v else {f"{prefix}{k}": v})
+    return out
+
+
+def check_run_dir(cfg: DemoConfig, recipe: Recipe, *, record: bool = True) -> None:
+    """Refuse a run dir whose stages were made with other settings: the chain would reuse them
+    and report another run's models as this one's (after an upgrade, the old recipe defaults').
+    `record` writes this run's settings there first (the flow's start), so a crash leaves them."""
+    out = Path(cfg.out)
+    mine = json.loads(json.dumps({"demo": cfg.model_dump(mode="json", include=_STAGE_FIELDS),
+                                  "recipe": recipe.model_dump(mode="json")}))
+    path = out / SETTINGS_FILE
+    if path.exists():
+        before, now = _flat(json.loads(path.read_text())), _flat(mine)
+        diff = [f"{k}: {before.get(k)!r} then, {now.get(k)!r} now" for k in sorted(before.keys() | now.keys())
+                if before.get(k) != now.get(k)]
+        if diff:
+            raise ValueError(f"run dir {out} holds a demo run made with other settings ({'; '.join(diff[:5])}"
+                             f"{'; ...' if len(diff) > 5 else ''}); its stages would be reused: delete it, or "
+                             "give another run_dir (`--out`)")
+    elif any((out / d).exists() for d in _STAGE_DIRS):
+        raise ValueError(f"run dir {out} holds stage outputs but no {SETTINGS_FILE} (a run of an older version, "
+                         "or made by hand), so nothing shows they match these settings; delete it, or give "
+                         "another run_dir (`--out`)")
+    if record:
+        out.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(mine, indent=1, sort_keys=True))
 
 
 def _row(stage: str, recipe: Recipe, m: dict[str, float], seconds: float) -> dict:
@@ -140,6 +186,7 @@ def rl_stage(cfg: DemoConfig, recipe: Recipe, sft_model: str) -> RLTrainConfig:
 @flow(name="demo")
 def demo(cfg: DemoConfig) -> dict:
     recipe, run = get_recipe(cfg.recipe), cfg.out
+    check_run_dir(cfg, recipe)
     model_path = build_model(f"{run}/models/{cfg.preset}", cfg.preset, cfg.seed)
     t = time.perf_counter()
     rows = [_row("teacher", recipe, _evaluate_teacher(recipe, cfg), time.perf_counter() - t)]
