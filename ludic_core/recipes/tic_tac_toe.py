@@ -38,9 +38,15 @@ weighted 0 (`outcome_weight`), per-turn credit with gamma 0, so each move is
 compared with its siblings' moves at the same turn, and the one sibling whose
 game ended there does not pull the others' quiet moves down. A malformed reply
 (-1) and an illegal move (-1.8) cost more than the worst legal move (-0.8),
-so no reply dodges the cost of a move that gives value away. 150 steps of 16 prompts x 8 at lr 4e-4. The
-runs that chose this, and the ones that did not work (whole-game outcomes,
-one-move episodes from random boards): docs/experiments/2026-11-30-rl-per-move.md.
+so no reply dodges the cost of a move that gives value away. A won game's win
+that comes later costs too (`win_speed` 0.5: -0.2 a move of delay): regret
+alone counts value, and RL drifted off immediate wins onto forks. 150 steps of
+16 prompts x 8 at lr 1.5e-4: at 4e-4 RL broke the O play of good starts (a
+minimax student's O fell from 0.95 to 0.86), at 1.5e-4 it improved both seats
+from every start tried. The runs that chose this, and the ones that did not
+work (whole-game outcomes, one-move episodes from random boards):
+docs/experiments/2026-11-30-rl-per-move.md and
+docs/experiments/2026-11-30-a-gentler-rl-step.md.
 RL's env only: the teacher's data and the evaluations play whole games and
 score outcomes.
 
@@ -97,11 +103,11 @@ RECIPE = Recipe(
     sft_steps=800,
     sft_batch_size=128,
     rl_temperature=1.0,
-    rl_lr=4e-4,
+    rl_lr=1.5e-4,
     rl_steps=150,
     rl_requests_per_step=16,
     rl_algorithm=GRPOConfig(group_size=8, credit="turn", gamma=0.0),
-    rl_env_kwargs={"move_shaping": 0.4, "outcome_weight": 0.0},
+    rl_env_kwargs={"move_shaping": 0.4, "outcome_weight": 0.0, "win_speed": 0.5},
     eval_seed=100_000,
     table={"X legal": "X/legal_move_rate", "X win+draw": "X/win_draw_rate",
            "O legal": "O/legal_move_rate", "O win+draw": "O/win_draw_rate"},
