@@ -5,8 +5,9 @@ teacher -> SFT -> GRPO against a random opponent), so it prints the numbers
 `ludic demo` prints for the same settings: legal-move and win+draw rates as X
 and as O (greedy) before SFT, after SFT and after GRPO, with each stage's wall
 time. Targets (issue 11, set with the minimax teacher): X win+draw >= 0.95 with
-X losses <= 3%, O win+draw >= 0.75, in under 10 minutes; the imperfect teacher
-of today's demo leaves X short of the first (0.875-0.93 after RL, seeds 0-2).
+X losses <= 3%, O win+draw >= 0.75, in under 10 minutes (today's demo: X 0.975-0.995
+after RL, seeds 0-2; docs/results.md). `--out` is the demo's run dir: a second run
+there with other settings is refused rather than reusing the first one's stages.
 
     .venv/bin/python benchmarks/learning_tic_tac_toe.py [--out runs/learn]
     .venv/bin/python benchmarks/learning_tic_tac_toe.py --smoke   # CI: every stage once, a few episodes

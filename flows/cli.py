@@ -76,6 +76,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                                    "eval_episodes": args.eval_episodes}.items()
                  if v is not None}
     cfg = validated(DemoConfig, overrides, "ludic demo")
+    cfg.preflight()  # a run dir made with other settings, before the Prefect API starts
     embedded_api()
     start = time.perf_counter()
     result = demo(cfg)

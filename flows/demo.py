@@ -13,6 +13,7 @@ included) is refused, since its outputs would be reused as if they were this run
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -61,12 +62,24 @@ class DemoConfig(FlowConfig):
         check_run_dir(self, get_recipe(self.recipe), record=False)
 
 
-#: what the stages' outputs depend on, besides the recipe (the evaluation and the plumbing are redone each run)
-_STAGE_FIELDS = {"recipe", "preset", "seed", "teacher_episodes", "sft_steps", "sft_lr", "rl_steps", "rl_lr",
-                 "group_size"}
 #: the stages' outputs in a run dir (models/, rejection/, sft/, rl/): reused when they exist
 _STAGE_DIRS = ("models", "rejection", "sft", "rl")
+#: the recipe's evaluation settings: each run evaluates afresh, so they may change between runs
+_EVAL_FIELDS = {"eval_env", "eval_seed", "eval_episodes", "table"}
 SETTINGS_FILE = "demo-settings.json"
+
+
+def stage_settings(cfg: DemoConfig, recipe: Recipe) -> dict[str, Any]:
+    """What the stages' outputs depend on, resolved: an override equal to the recipe's value
+    is the same run (the evaluation and the plumbing are redone each run, so they are left out)."""
+    sft_steps = cfg.sft_steps or recipe.sft_steps
+    demo = {"recipe": cfg.recipe, "preset": cfg.preset, "seed": cfg.seed,
+            "teacher_episodes": cfg.teacher_episodes or recipe.teacher_episodes, "sft_steps": sft_steps,
+            "rl_steps": cfg.rl_steps or recipe.rl_steps,
+            "group_size": cfg.group_size or recipe.rl_algorithm.group_size}
+    return json.loads(json.dumps({"demo": demo, "recipe": recipe.model_dump(mode="json", exclude=_EVAL_FIELDS),
+                                  "sft_trainer": sft_trainer(cfg, recipe, sft_steps).model_dump(mode="json"),
+                                  "rl_trainer": rl_trainer(cfg, recipe).model_dump(mode="json")}))
 
 
 def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -77,28 +90,35 @@ def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def check_run_dir(cfg: DemoConfig, recipe: Recipe, *, record: bool = True) -> None:
-    """Refuse a run dir whose stages were made with other settings: the chain would reuse them
-    and report another run's models as this one's (after an upgrade, the old recipe defaults').
-    `record` writes this run's settings there first (the flow's start), so a crash leaves them."""
+    """Refuse a run dir whose stage outputs were made with other settings: the chain would reuse
+    them and report another run's models as this one's (after an upgrade, the old recipe
+    defaults'). `record` writes this run's settings there (atomically) before any stage runs,
+    so a crash leaves them; a dir with no stage output yet has nothing to reuse."""
     out = Path(cfg.out)
-    mine = json.loads(json.dumps({"demo": cfg.model_dump(mode="json", include=_STAGE_FIELDS),
-                                  "recipe": recipe.model_dump(mode="json")}))
-    path = out / SETTINGS_FILE
-    if path.exists():
-        before, now = _flat(json.loads(path.read_text())), _flat(mine)
+    path, mine = out / SETTINGS_FILE, stage_settings(cfg, recipe)
+    if any((out / d).exists() for d in _STAGE_DIRS):
+        fix = f"delete {out}, or give another run_dir (`--out`)"
+        if not path.exists():
+            raise ValueError(f"run dir {out} holds stage outputs but no {SETTINGS_FILE} (a run of an older "
+                             f"version, or made by hand), so nothing shows they match these settings: {fix}")
+        try:
+            saved = json.loads(path.read_text())
+        except ValueError as e:
+            raise ValueError(f"{path} is not readable JSON ({e}), so nothing shows the run dir's stage outputs "
+                             f"match these settings: {fix}") from None
+        if not isinstance(saved, dict):
+            raise ValueError(f"{path} holds {type(saved).__name__}, not the settings object: {fix}")
+        before, now = _flat(saved), _flat(mine)
         diff = [f"{k}: {before.get(k)!r} then, {now.get(k)!r} now" for k in sorted(before.keys() | now.keys())
                 if before.get(k) != now.get(k)]
         if diff:
             raise ValueError(f"run dir {out} holds a demo run made with other settings ({'; '.join(diff[:5])}"
-                             f"{'; ...' if len(diff) > 5 else ''}); its stages would be reused: delete it, or "
-                             "give another run_dir (`--out`)")
-    elif any((out / d).exists() for d in _STAGE_DIRS):
-        raise ValueError(f"run dir {out} holds stage outputs but no {SETTINGS_FILE} (a run of an older version, "
-                         "or made by hand), so nothing shows they match these settings; delete it, or give "
-                         "another run_dir (`--out`)")
+                             f"{'; ...' if len(diff) > 5 else ''}); its stages would be reused: {fix}")
     if record:
         out.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(mine, indent=1, sort_keys=True))
+        part = path.with_name(f"{SETTINGS_FILE}.part")
+        part.write_text(json.dumps(mine, indent=1, sort_keys=True))
+        os.replace(part, path)
 
 
 def _row(stage: str, recipe: Recipe, m: dict[str, float], seconds: float) -> dict:

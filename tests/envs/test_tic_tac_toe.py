@@ -297,7 +297,7 @@ def test_move_regret_by_hand():
 def test_move_delay_by_hand():
     # X (1, 2) against O (4, 7), X to move: 3 wins now. 6 threatens only 3; O blocks there and
     # threatens 3-5-7, X blocks at 5 with a fork (8 and 9) and wins two moves after a win now.
-    # 5 and 9 fork at once (a win one move late).
+    # 5, 8 and 9 fork at once (a win one move late).
     board = "XX.O..O.."
     assert [(c, move_regret(board, c, "X"), move_delay(board, c, "X")) for c in legal_moves(board)] == [
         (3, 0, 0), (5, 0, 1), (6, 0, 2), (8, 0, 1), (9, 0, 1)]

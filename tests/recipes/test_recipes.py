@@ -3,7 +3,8 @@ recipe's learning rate and RL env, and the teacher's replies fit the agent's tok
 
 import pytest
 
-from flows.demo import SETTINGS_FILE, DemoConfig, check_run_dir, rejection_stage, rl_stage, rl_trainer, sft_stage, sft_trainer
+from flows.demo import (SETTINGS_FILE, DemoConfig, check_run_dir, rejection_stage, rl_stage, rl_trainer, sft_stage,
+                        sft_trainer)
 from ludic_core.envs.arithmetic import arithmetic_oracle, generate_arithmetic_problems
 from ludic_core.recipes.recipe import get_recipe
 
@@ -94,24 +95,38 @@ def test_the_teacher_data_and_sft_stages_take_the_recipes_episodes_and_batch_unl
 def test_a_run_dir_made_with_other_settings_is_refused_rather_than_reused(tmp_path):
     # The chain reuses a run dir's stage outputs (a crashed run resumes); after an upgrade changes the
     # recipe's defaults, reusing them would report the old run's models as the new settings' results.
-    recipe, run = get_recipe("tic_tac_toe"), str(tmp_path / "run")
-    cfg = DemoConfig(run_dir=run, seed=3)
+    recipe, run = get_recipe("tic_tac_toe"), tmp_path / "run"
+    cfg = DemoConfig(run_dir=str(run), seed=3)
     check_run_dir(cfg, recipe, record=False)  # an empty dir: nothing to compare, nothing written
-    assert not (tmp_path / "run").exists()
+    assert not run.exists()
     check_run_dir(cfg, recipe)
-    assert (tmp_path / "run" / SETTINGS_FILE).exists()
-    check_run_dir(DemoConfig(run_dir=run, seed=3, eval_episodes=10, progress_bar=False), recipe)  # not the stages'
+    assert (run / SETTINGS_FILE).exists()
+    (run / "sft" / "checkpoints").mkdir(parents=True)  # a stage's output, as a crashed run leaves it
+    same = [DemoConfig(run_dir=str(run), seed=3, eval_episodes=10, progress_bar=False),  # not the stages'
+            DemoConfig(run_dir=str(run), seed=3, rl_steps=recipe.rl_steps, rl_lr=recipe.rl_lr)]  # = the recipe's
+    for other in same:
+        check_run_dir(other, recipe)
+    check_run_dir(cfg, recipe.model_copy(update={"eval_seed": 7, "table": {"X": "X/win_draw_rate"}}))  # evaluation
     cfg.preflight()  # the CLI's check before Prefect starts: the same settings pass
     upgraded = recipe.model_copy(update={"rl_steps": 99, "teacher_kwargs": {**recipe.teacher_kwargs, "insight": 1.0}})
     changed = rf"recipe\.rl_steps: {recipe.rl_steps} then, 99 now.*recipe\.teacher_kwargs\.insight"
     with pytest.raises(ValueError, match=changed):
         check_run_dir(cfg, upgraded)
     with pytest.raises(ValueError, match=r"demo\.seed: 3 then, 4 now"):
-        DemoConfig(run_dir=run, seed=4).preflight()
+        DemoConfig(run_dir=str(run), seed=4).preflight()
+    with pytest.raises(ValueError, match=r"rl_trainer\.lr: .* then, 0\.001 now"):
+        check_run_dir(DemoConfig(run_dir=str(run), seed=3, rl_lr=1e-3), recipe)
+    (run / SETTINGS_FILE).write_text('{"demo": {"seed"')  # cut short by a crash of an older version
+    with pytest.raises(ValueError, match="not readable JSON"):
+        check_run_dir(cfg, recipe)
     old = tmp_path / "old"  # a run of a version that recorded no settings
     (old / "sft" / "checkpoints").mkdir(parents=True)
     with pytest.raises(ValueError, match=f"no {SETTINGS_FILE}"):
         check_run_dir(DemoConfig(run_dir=str(old)), recipe)
+    early = tmp_path / "early"  # crashed before any stage wrote: nothing to reuse, so new settings are taken
+    check_run_dir(DemoConfig(run_dir=str(early), seed=1), recipe)
+    check_run_dir(DemoConfig(run_dir=str(early), seed=2), recipe)
+    assert '"seed": 2' in (early / SETTINGS_FILE).read_text()
 
 
 def test_arithmetic_rl_trains_on_the_env_the_teacher_plays():

@@ -203,7 +203,7 @@ class TicTacToeEnv(SingleAgentEnv):
 
     `win_speed` s in [0, 1] makes the shaping count speed too: a move that
     keeps a won game won but wins d of the agent's moves later than its best
-    move costs -c x s x d (`info["delay"]`). Regret alone counts value, and
+    move costs c x s x d (`info["delay"]`). Regret alone counts value, and
     with the outcome weighted 0 RL drifted off immediate wins onto forks of
     equal value (docs/experiments/2026-11-30-more-teacher-games.md). s <= 1
     keeps every legal move's cost at most 2c, below an illegal move's.
