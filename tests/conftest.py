@@ -74,6 +74,16 @@ def rank_device():
     return "cpu"
 
 
+@pytest.fixture
+def cpu_forward_cost(monkeypatch):
+    """A forward's fixed cost at the CPU's value on any device: the tests that check shared prompts
+    give the same step use prompts of tens of tokens, which a GPU's cost (8192 positions) would
+    rightly not share, so they would compare the unshared step with itself."""
+    from ludic_core.device import FORWARD_COST_TOKENS
+
+    monkeypatch.setitem(FORWARD_COST_TOKENS, "cuda", FORWARD_COST_TOKENS["cpu"])
+
+
 @pytest.fixture(scope="session")
 def device():
     """The torch device this run of the suite tests on (see the module docstring)."""
@@ -269,9 +279,10 @@ def recording_compile(monkeypatch):
         graphs.append(gm)
         return gm.forward
 
-    real = torch.compile
+    real = torch.compile  # a mode (CUDA graphs: "reduce-overhead") is inductor's, not this backend's
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: real(fn, backend=recording,
-                                                                **{k: v for k, v in kw.items() if k != "backend"}))
+                                                                **{k: v for k, v in kw.items()
+                                                                   if k not in ("backend", "mode")}))
     torch._dynamo.reset()
     yield graphs
     torch._dynamo.reset()

@@ -17,6 +17,7 @@ import torch
 from ludic_core.algorithms import build_algorithm, make_grpo
 from ludic_core.batching.saw import SAWBatch, SAWItem
 from ludic_core.config import GRPOConfig, RolloutReuse, TrainerConfig
+from ludic_core.device import model_device
 from ludic_core.models import load_model_and_tokenizer
 from ludic_core.training.rollout_reuse import merge_update_metrics, plan_updates
 from ludic_core.training.trainer import Trainer
@@ -59,7 +60,7 @@ def _on_policy_items(model, n: int = 8, group: int = 2) -> list[SAWItem]:
         prompt, completion = 12 + (i // group), 6 + i % 3
         ids = torch.randint(4, 200, (prompt + completion,), generator=g).tolist()
         with torch.no_grad():
-            logp = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), -1)
+            logp = torch.log_softmax(model(torch.tensor([ids], device=model_device(model))).logits[0].float(), -1)
         lps = [0.0] * prompt + [float(logp[t - 1, ids[t]]) for t in range(prompt, len(ids))]
         items.append(SAWItem(ids, [1] * len(ids), [0] * prompt + [1] * completion, 1.0 if i % 2 else -1.0,
                              {"group_id": f"g{i // group}", "sampling_temperature": 1.0}, actor_logprobs=lps))
@@ -89,7 +90,8 @@ def _ratios(model, items: list[SAWItem]) -> torch.Tensor:
     out = []
     with torch.no_grad():
         for it in items:
-            logp = torch.log_softmax(model(torch.tensor([it.input_ids])).logits[0].float(), -1)
+            ids = torch.tensor([it.input_ids], device=model_device(model))
+            logp = torch.log_softmax(model(ids).logits[0].float(), -1)
             for t, a in enumerate(it.action_mask):
                 if a:
                     out.append(math.exp(float(logp[t - 1, it.input_ids[t]]) - it.actor_logprobs[t]))

@@ -59,12 +59,12 @@ def _reweighted(items: list[SAWItem], weights: list[float]) -> list[SAWItem]:
 
 def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     assert a.keys() == b.keys()
-    return max(float((a[k] - b[k]).abs().max()) for k in a)
+    return max(float((a[k].cpu() - b[k].cpu()).abs().max()) for k in a)
 
 
 # ---- 1. inert items skipped ------------------------------------------------------------------
 
-def test_skipping_inert_items_leaves_every_update_as_it_is(tiny_model_dir):
+def test_skipping_inert_items_leaves_every_update_as_it_is(tiny_model_dir, device):
     """4 mini-batches x 2 epochs over 4 groups: group g1 is all weight 0 (its own update then scores
     nothing: no forward, a zero gradient given explicitly), g2 has one item of weight 0. Skipped or
     not, every update steps with the same gradient and the weights end the same; the step counts the
@@ -88,8 +88,11 @@ def test_skipping_inert_items_leaves_every_update_as_it_is(tiny_model_dir):
             assert all(float(g.abs().max()) == 0.0 for g in g_off.values())
         else:
             _assert_same_grads(g_on, g_off)
-    assert _max_diff(_weights(on), _weights(off)) < 1e-6
-    assert m_on["loss"] == pytest.approx(m_off["loss"], rel=1e-5)
+    # On a GPU, AdamW turns the kernels' float noise in near-zero gradients into steps of up to lr:
+    # 8 updates at lr 3e-3 left the two sides 7.3e-4 apart on an H200; a lost or doubled update is ~lr.
+    weights_tol, loss_rel = (1e-6, 1e-5) if device.type == "cpu" else (CFG["lr"] / 2, 1e-3)
+    assert _max_diff(_weights(on), _weights(off)) < weights_tol
+    assert m_on["loss"] == pytest.approx(m_off["loss"], rel=loss_rel)
     skipped = [it for it in items if it.weight == 0.0]
     assert m_on["skipped_items"] == 3.0 and m_on["skipped_tokens"] == sum(sum(it.action_mask) for it in skipped)
     assert m_off["skipped_items"] == m_off["skipped_tokens"] == 0.0
@@ -98,7 +101,7 @@ def test_skipping_inert_items_leaves_every_update_as_it_is(tiny_model_dir):
 
 # ---- 2. shared prompts -----------------------------------------------------------------------
 
-def test_shared_prompts_run_once_in_every_update(tiny_model_dir):
+def test_shared_prompts_run_once_in_every_update(tiny_model_dir, cpu_forward_cost):
     """3 prompts x 3 completions, 2 mini-batches x 2 epochs. A group stays in one update, so each
     update runs its prompts once just as a plain step on that update's items would (where that saves
     more than a forward's fixed cost), and every update's gradient is the one of whole rows."""
@@ -248,7 +251,7 @@ def test_lora_updates_are_the_plain_lora_trainers_steps(tiny_model_dir):
     plain_adapters = dict(plain.model.named_parameters())
     assert max(float((adapters[n] - plain_adapters[n].detach()).abs().max()) for n in adapters) < 1e-5
     merged = reused.full_weights()
-    assert torch.equal(merged["lm_head.weight"], base["lm_head.weight"])  # the base stays frozen
+    assert torch.equal(merged["lm_head.weight"].cpu(), base["lm_head.weight"])  # the base stays frozen
     assert _max_diff(merged, base) > 1e-4
     assert m["updates"] == 2.0 and reused.policy_version == 2
     assert client.policy_version == 2

@@ -14,6 +14,8 @@ from ludic_core.config import LoRAConfig
 from ludic_core.training.shared_prefix import plan_shared_prefix
 from tests.training.test_trainer_skip import _assert_same_grads, _step_with_grads, _sync_count, _trainer
 
+pytestmark = pytest.mark.usefixtures("cpu_forward_cost")
+
 
 def test_the_plan_of_two_prompts_by_hand():
     """Rows 0 and 2 open with [5, 6, 7], row 1 with [5, 6]; tokens after a row's first action
@@ -87,7 +89,7 @@ def test_shared_prompts_leave_the_step_unchanged(tiny_model_dir, name, multi_tur
         ref_shared = []
         if tr.ref_scorer is not None:  # its head verified now (else on its first micro-batch), so it shares too
             with torch.no_grad():
-                tr.ref_scorer(torch.tensor([batch.items[0].input_ids]), None, 0, None, False)
+                tr.ref_scorer(torch.tensor([batch.items[0].input_ids], device=tr.ctx.device), None, 0, None, False)
             shared_call = tr.ref_scorer.shared_prefix_scores
             tr.ref_scorer.shared_prefix_scores = lambda *a, **k: ref_shared.append(1) or shared_call(*a, **k)
         steps[share] = _step_with_grads(tr)  # the first step: from the same weights, and already shared

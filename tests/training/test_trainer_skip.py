@@ -76,7 +76,11 @@ def _assert_same_grads(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -
     scale = max(float(g.abs().max()) for g in a.values())
     assert scale > 1e-6  # the comparison is not 0 == 0
     diff = max(float((a[k] - b[k]).abs().max()) for k in a)
-    assert diff <= 1e-5 * scale, (diff, scale)
+    # cuBLAS and SDPA pick their kernels (and so their summation order) by shape, and skipping or
+    # sharing rows changes the shapes: on an H200 the two sides differed by up to 5.7e-4 of the
+    # largest gradient (a KL reference, or 8 updates of rollout reuse); a wrong gradient is off by O(1)
+    rel = 1e-5 if next(iter(a.values())).device.type == "cpu" else 1e-3
+    assert diff <= rel * scale, (diff, scale)
 
 
 INERT = {
