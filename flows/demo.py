@@ -21,7 +21,8 @@ from typing import Any, Literal
 from prefect import flow
 from pydantic import Field
 
-from flows.common import FlowConfig
+from flows.chains import ChainStage
+from flows.common import FlowConfig, MultiNodeLaunchConfig
 from flows.rejection_sampling import RejectionSamplingConfig, rejection_sampling
 from flows.rl_train import RLTrainConfig, rl_train
 from flows.sft import SupervisedFinetuneConfig, sft
@@ -64,22 +65,22 @@ class DemoConfig(FlowConfig):
 
 #: the stages' outputs in a run dir (models/, rejection/, sft/, rl/): reused when they exist
 _STAGE_DIRS = ("models", "rejection", "sft", "rl")
-#: the recipe's evaluation settings: each run evaluates afresh, so they may change between runs
-_EVAL_FIELDS = {"eval_env", "eval_seed", "eval_episodes", "table"}
+#: what a stage's output does not depend on: where and how it runs and reports, the chain's links,
+#: and the paths the chain fills in
+_PLUMBING = (set(MultiNodeLaunchConfig.model_fields) | set(ChainStage.model_fields)
+             | {"model_path", "dataset_path", "student_path", "out_dir", "progress_bar", "wandb_block"})
 SETTINGS_FILE = "demo-settings.json"
 
 
 def stage_settings(cfg: DemoConfig, recipe: Recipe) -> dict[str, Any]:
-    """What the stages' outputs depend on, resolved: an override equal to the recipe's value
-    is the same run (the evaluation and the plumbing are redone each run, so they are left out)."""
-    sft_steps = cfg.sft_steps or recipe.sft_steps
-    demo = {"recipe": cfg.recipe, "preset": cfg.preset, "seed": cfg.seed,
-            "teacher_episodes": cfg.teacher_episodes or recipe.teacher_episodes, "sft_steps": sft_steps,
-            "rl_steps": cfg.rl_steps or recipe.rl_steps,
-            "group_size": cfg.group_size or recipe.rl_algorithm.group_size}
-    return json.loads(json.dumps({"demo": demo, "recipe": recipe.model_dump(mode="json", exclude=_EVAL_FIELDS),
-                                  "sft_trainer": sft_trainer(cfg, recipe, sft_steps).model_dump(mode="json"),
-                                  "rl_trainer": rl_trainer(cfg, recipe).model_dump(mode="json")}))
+    """What the stages' outputs depend on: the configs the chain hands its stages, as it builds them
+    (so an override equal to the recipe's value is the same run), less the plumbing; the evaluations
+    are redone each run and are left out."""
+    model = f"{cfg.out}/models/{cfg.preset}"
+    stages = {"rejection": rejection_stage(cfg, recipe, model), "sft": sft_stage(cfg, recipe, model, "<dataset>"),
+              "rl": rl_stage(cfg, recipe, "<sft model>")}
+    return {"model": {"recipe": cfg.recipe, "preset": cfg.preset, "seed": cfg.seed},
+            **{name: stage.model_dump(mode="json", exclude=_PLUMBING) for name, stage in stages.items()}}
 
 
 def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:

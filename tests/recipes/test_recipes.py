@@ -109,12 +109,12 @@ def test_a_run_dir_made_with_other_settings_is_refused_rather_than_reused(tmp_pa
     check_run_dir(cfg, recipe.model_copy(update={"eval_seed": 7, "table": {"X": "X/win_draw_rate"}}))  # evaluation
     cfg.preflight()  # the CLI's check before Prefect starts: the same settings pass
     upgraded = recipe.model_copy(update={"rl_steps": 99, "teacher_kwargs": {**recipe.teacher_kwargs, "insight": 1.0}})
-    changed = rf"recipe\.rl_steps: {recipe.rl_steps} then, 99 now.*recipe\.teacher_kwargs\.insight"
+    changed = rf"rejection\.teacher\.kwargs\.insight: 2\.0 then, 1\.0 now.*rl\.steps: {recipe.rl_steps} then, 99 now"
     with pytest.raises(ValueError, match=changed):
         check_run_dir(cfg, upgraded)
-    with pytest.raises(ValueError, match=r"demo\.seed: 3 then, 4 now"):
+    with pytest.raises(ValueError, match=r"model\.seed: 3 then, 4 now"):
         DemoConfig(run_dir=str(run), seed=4).preflight()
-    with pytest.raises(ValueError, match=r"rl_trainer\.lr: .* then, 0\.001 now"):
+    with pytest.raises(ValueError, match=r"rl\.trainer\.lr: .* then, 0\.001 now"):
         check_run_dir(DemoConfig(run_dir=str(run), seed=3, rl_lr=1e-3), recipe)
     (run / SETTINGS_FILE).write_text('{"demo": {"seed"')  # cut short by a crash of an older version
     with pytest.raises(ValueError, match="not readable JSON"):
