@@ -74,13 +74,16 @@ SETTINGS_FILE = "demo-settings.json"
 
 def stage_settings(cfg: DemoConfig, recipe: Recipe) -> dict[str, Any]:
     """What the stages' outputs depend on: the configs the chain hands its stages, as it builds them
-    (so an override equal to the recipe's value is the same run), less the plumbing; the evaluations
-    are redone each run and are left out."""
+    (so an override equal to the recipe's value is the same run), less the plumbing, and less the
+    vLLM server's settings where the RL stage decodes in-process. The demo's own evaluations are
+    redone each run and are not recorded (the RL stage's are off, its eval fields constant)."""
     model = f"{cfg.out}/models/{cfg.preset}"
-    stages = {"rejection": rejection_stage(cfg, recipe, model), "sft": sft_stage(cfg, recipe, model, "<dataset>"),
-              "rl": rl_stage(cfg, recipe, "<sft model>")}
+    rl = rl_stage(cfg, recipe, "<sft model>")
+    stages = {"rejection": (rejection_stage(cfg, recipe, model), _PLUMBING),
+              "sft": (sft_stage(cfg, recipe, model, "<dataset>"), _PLUMBING),
+              "rl": (rl, _PLUMBING | ({"vllm"} if rl.inference == "local" else set()))}
     return {"model": {"recipe": cfg.recipe, "preset": cfg.preset, "seed": cfg.seed},
-            **{name: stage.model_dump(mode="json", exclude=_PLUMBING) for name, stage in stages.items()}}
+            **{name: stage.model_dump(mode="json", exclude=skip) for name, (stage, skip) in stages.items()}}
 
 
 def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -109,6 +112,9 @@ def check_run_dir(cfg: DemoConfig, recipe: Recipe, *, record: bool = True) -> No
                              f"match these settings: {fix}") from None
         if not isinstance(saved, dict):
             raise ValueError(f"{path} holds {type(saved).__name__}, not the settings object: {fix}")
+        if "model" not in saved:  # 'demo', 'recipe', 'sft_trainer', 'rl_trainer': recorded another way
+            raise ValueError(f"{path} was recorded by an older version of the demo, in another form, so nothing "
+                             f"shows the run dir's stage outputs match these settings: {fix}")
         before, now = _flat(saved), _flat(mine)
         diff = [f"{k}: {before.get(k)!r} then, {now.get(k)!r} now" for k in sorted(before.keys() | now.keys())
                 if before.get(k) != now.get(k)]

@@ -76,9 +76,9 @@ def rank_device():
 
 @pytest.fixture
 def cpu_forward_cost(monkeypatch):
-    """A forward's fixed cost at the CPU's value on any device: the tests that check shared prompts
-    give the same step use prompts of tens of tokens, which a GPU's cost (8192 positions) would
-    rightly not share, so they would compare the unshared step with itself."""
+    """A forward's fixed cost at the CPU's value on any device. The tests that check that sharing
+    prompts leaves the step unchanged use prompts of tens of tokens, which a GPU's cost (8192
+    positions) rightly leaves unshared: they would compare the unshared step with itself."""
     from ludic_core.device import FORWARD_COST_TOKENS
 
     monkeypatch.setitem(FORWARD_COST_TOKENS, "cuda", FORWARD_COST_TOKENS["cpu"])

@@ -4,7 +4,7 @@ recipe's learning rate and RL env, and the teacher's replies fit the agent's tok
 import pytest
 
 from flows.demo import (SETTINGS_FILE, DemoConfig, check_run_dir, rejection_stage, rl_stage, rl_trainer, sft_stage,
-                        sft_trainer)
+                        sft_trainer, stage_settings)
 from ludic_core.envs.arithmetic import arithmetic_oracle, generate_arithmetic_problems
 from ludic_core.recipes.recipe import get_recipe
 
@@ -103,11 +103,13 @@ def test_a_run_dir_made_with_other_settings_is_refused_rather_than_reused(tmp_pa
     assert (run / SETTINGS_FILE).exists()
     (run / "sft" / "checkpoints").mkdir(parents=True)  # a stage's output, as a crashed run leaves it
     same = [DemoConfig(run_dir=str(run), seed=3, eval_episodes=10, progress_bar=False),  # not the stages'
-            DemoConfig(run_dir=str(run), seed=3, rl_steps=recipe.rl_steps, rl_lr=recipe.rl_lr)]  # = the recipe's
+            DemoConfig(run_dir=str(run), seed=3, rl_steps=recipe.rl_steps, rl_lr=recipe.rl_lr),  # = the recipe's
+            DemoConfig(run_dir=str(run), seed=3, launcher="torchrun")]  # how a stage runs, not what it makes
     for other in same:
         check_run_dir(other, recipe)
     check_run_dir(cfg, recipe.model_copy(update={"eval_seed": 7, "table": {"X": "X/win_draw_rate"}}))  # evaluation
     cfg.preflight()  # the CLI's check before Prefect starts: the same settings pass
+    assert "vllm" not in stage_settings(cfg, recipe)["rl"]  # in-process decoding: the server's settings are moot
     upgraded = recipe.model_copy(update={"rl_steps": 99, "teacher_kwargs": {**recipe.teacher_kwargs, "insight": 1.0}})
     changed = rf"rejection\.teacher\.kwargs\.insight: 2\.0 then, 1\.0 now.*rl\.steps: {recipe.rl_steps} then, 99 now"
     with pytest.raises(ValueError, match=changed):
@@ -116,6 +118,9 @@ def test_a_run_dir_made_with_other_settings_is_refused_rather_than_reused(tmp_pa
         DemoConfig(run_dir=str(run), seed=4).preflight()
     with pytest.raises(ValueError, match=r"rl\.trainer\.lr: .* then, 0\.001 now"):
         check_run_dir(DemoConfig(run_dir=str(run), seed=3, rl_lr=1e-3), recipe)
+    (run / SETTINGS_FILE).write_text('{"demo": {"seed": 3}, "recipe": {}}')  # what 48e1f43-3b34242 recorded
+    with pytest.raises(ValueError, match="recorded by an older version"):
+        check_run_dir(cfg, recipe)
     (run / SETTINGS_FILE).write_text('{"demo": {"seed"')  # cut short by a crash of an older version
     with pytest.raises(ValueError, match="not readable JSON"):
         check_run_dir(cfg, recipe)

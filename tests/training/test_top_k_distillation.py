@@ -137,15 +137,16 @@ def test_packing_is_refused_naming_the_setting(tiny_model_dir, tmp_path):
         _distill(tiny_model_dir, tiny_model_dir, tmp_path, steps=1, requests=2, packing=True)
 
 
-def test_top_k_distillation_moves_the_student_toward_its_teacher(tiny_model_dir, format_tuned_model_dir, tmp_path):
+def test_top_k_distillation_moves_the_student_toward_its_teacher(tiny_model_dir, format_tuned_model_dir, tmp_path,
+                                                                device):
     """An untrained student distilled from the format-tuned model on its own replies: the exact
     KL over the teacher's top 16 (and the rest), on each step's fresh samples, falls (5.3 to 3.6
-    nats a token in 20 steps on the CPU, 5.3 to 3.9 on an H200 with its bf16 teacher; the assertion
-    asks for a fifth)."""
+    nats a token in 20 steps on the CPU; the assertion asks for a quarter there, and for a fifth on
+    a GPU, whose bf16 teacher gave a last-5 mean of 0.754 of the first 3's on an H200)."""
     kl = [r["teacher_kl"] for r in _distill(tiny_model_dir, format_tuned_model_dir, tmp_path, steps=20, requests=16,
                                             top_k=16)]
     assert all(k > 0 for k in kl)
-    assert sum(kl[-5:]) / 5 < 0.8 * sum(kl[:3]) / 3, kl
+    assert sum(kl[-5:]) / 5 < (0.75 if device.type == "cpu" else 0.8) * sum(kl[:3]) / 3, kl
 
 
 def test_a_custom_algorithm_can_name_the_top_k_loss_with_an_in_process_teacher_only(tiny_model_dir):
