@@ -102,19 +102,18 @@ def check_run_dir(cfg: DemoConfig, recipe: Recipe, *, record: bool = True) -> No
     path, mine = out / SETTINGS_FILE, stage_settings(cfg, recipe)
     if any((out / d).exists() for d in _STAGE_DIRS):
         fix = f"delete {out}, or give another run_dir (`--out`)"
+        unproven = f"so nothing shows the run dir's stage outputs match these settings: {fix}"
         if not path.exists():
             raise ValueError(f"run dir {out} holds stage outputs but no {SETTINGS_FILE} (a run of an older "
-                             f"version, or made by hand), so nothing shows they match these settings: {fix}")
+                             f"version, or made by hand), {unproven}")
         try:
             saved = json.loads(path.read_text())
         except ValueError as e:
-            raise ValueError(f"{path} is not readable JSON ({e}), so nothing shows the run dir's stage outputs "
-                             f"match these settings: {fix}") from None
+            raise ValueError(f"{path} is not readable JSON ({e}), {unproven}") from None
         if not isinstance(saved, dict):
             raise ValueError(f"{path} holds {type(saved).__name__}, not the settings object: {fix}")
         if "model" not in saved:  # 'demo', 'recipe', 'sft_trainer', 'rl_trainer': recorded another way
-            raise ValueError(f"{path} was recorded by an older version of the demo, in another form, so nothing "
-                             f"shows the run dir's stage outputs match these settings: {fix}")
+            raise ValueError(f"{path} was recorded by an older version of the demo, in another form, {unproven}")
         before, now = _flat(saved), _flat(mine)
         diff = [f"{k}: {before.get(k)!r} then, {now.get(k)!r} now" for k in sorted(before.keys() | now.keys())
                 if before.get(k) != now.get(k)]
