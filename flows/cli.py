@@ -174,7 +174,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+_signalled: list[int] = []  # the stop signals this process received, so that a wrapped interrupt still reads as one
+
+
 def _interrupt(signum: int, frame: Any) -> None:
+    _signalled.append(signum)
     raise KeyboardInterrupt
 
 
@@ -314,14 +318,23 @@ def main(argv: list[str] | None = None) -> int:
         # temporary API server it started (an atexit hook). Python's default for SIGTERM exits at
         # once, and that server, a child process, went on running.
         signal.signal(signal.SIGTERM, _interrupt)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where a shell ignores it
+            signal.signal(signal.SIGINT, _interrupt)
+    _signalled.clear()
     try:
         return int(args.func(args))
-    except (ValueError, FileExistsError, FileNotFoundError) as exc:
-        print(f"ludic: error: {exc}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("ludic: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:
+        if _signalled:  # the signal landed where code wraps what it raises: a lazy import's class
+            # body turns it into "RuntimeError: Error calling __set_name__"; it is still the stop
+            print("ludic: interrupted", file=sys.stderr)
+            return 130
+        if isinstance(exc, (ValueError, FileExistsError, FileNotFoundError)):
+            print(f"ludic: error: {exc}", file=sys.stderr)
+            return 2
+        raise
 
 
 if __name__ == "__main__":

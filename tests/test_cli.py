@@ -201,6 +201,39 @@ def _children(pid: int) -> set[int]:
     return out
 
 
+def test_a_stop_signal_that_code_wrapped_still_ends_as_interrupted(monkeypatch, capsys):
+    """A signal can land inside code that wraps what it raises (a lazy import's class body turns
+    KeyboardInterrupt into "RuntimeError: Error calling __set_name__"): it is still the stop, exit
+    130, not a crash. The same error with no signal stays a crash."""
+    import signal
+    import time
+
+    import flows.cli as cli
+
+    def stopped_in_a_wrapper(args):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler raises here
+        except KeyboardInterrupt as exc:
+            raise RuntimeError("Error calling __set_name__") from exc
+        return 0
+
+    def crashes(args):
+        raise RuntimeError("a real bug")
+
+    handlers = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    try:
+        monkeypatch.setattr(cli, "_cmd_model", stopped_in_a_wrapper)
+        code, _, err = _ludic_here("model", "tiny", "--out", "unused", capsys=capsys)
+        assert code == 130 and "ludic: interrupted" in err
+        monkeypatch.setattr(cli, "_cmd_model", crashes)
+        with pytest.raises(RuntimeError, match="a real bug"):
+            _ludic_here("model", "tiny", "--out", "unused", capsys=capsys)
+    finally:
+        signal.signal(signal.SIGTERM, handlers[0])
+        signal.signal(signal.SIGINT, handlers[1])
+
+
 @pytest.mark.slow
 def test_kill_stops_the_demo_and_the_temporary_prefect_server_it_started(tmp_path):
     """`kill PID` (SIGTERM, what a supervisor sends) unwinds like Ctrl-C: the temporary Prefect API
