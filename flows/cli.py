@@ -29,6 +29,7 @@ from typing import Any
 
 from flows.config_files import read_config_file, validated
 from ludic_core.recipes.recipe import RECIPES
+from tasks.retries import clear_stop, request_stop, stop_requested
 
 __all__ = ["main", "FLOWS"]
 
@@ -174,11 +175,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-_signalled: list[int] = []  # the stop signals this process received, so that a wrapped interrupt still reads as one
-
-
 def _interrupt(signum: int, frame: Any) -> None:
-    _signalled.append(signum)
+    request_stop()  # recorded, so that a wrapped interrupt still reads as one and no task retries
     raise KeyboardInterrupt
 
 
@@ -320,14 +318,14 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, _interrupt)
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where a shell ignores it
             signal.signal(signal.SIGINT, _interrupt)
-    _signalled.clear()
+    clear_stop()
     try:
         return int(args.func(args))
     except KeyboardInterrupt:
         print("ludic: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
-        if _signalled:  # the signal landed where code wraps what it raises: a lazy import's class
+        if stop_requested():  # the signal landed where code wraps what it raises: a lazy import's class
             # body turns it into "RuntimeError: Error calling __set_name__"; it is still the stop
             print("ludic: interrupted", file=sys.stderr)
             return 130

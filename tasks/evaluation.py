@@ -11,9 +11,11 @@ from pydantic import SecretStr
 from ludic_core.compose.configs import AgentConfig, EnvConfig
 from ludic_core.compose.policy import open_client
 from ludic_core.eval import evaluate_policy as evaluate
+from tasks.retries import retry_unless_stopping
 
 
-@task(name="evaluate-policy", cache_policy=NO_CACHE, retries=1)
+@task(name="evaluate-policy", cache_policy=NO_CACHE, retries=1,
+      retry_condition_fn=retry_unless_stopping)
 def evaluate_policy(policy: Any, env: EnvConfig, agent: AgentConfig, *, seeds: list[int], samples: int = 1,
                     temperature: float | None = 0.0, success_threshold: float = 1.0, endpoint: dict | None = None,
                     api_key: SecretStr | None = None) -> dict[str, float]:

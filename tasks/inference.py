@@ -16,6 +16,7 @@ from pydantic import SecretStr
 
 from ludic_core.inference.errors import InferenceServerError
 from ludic_core.vllm.server import VLLMServer, VLLMServerConfig, start_vllm_server, stop_server_pid
+from tasks.retries import retry_unless_stopping
 
 
 def _handle(server: dict) -> VLLMServer:
@@ -54,7 +55,8 @@ def _describe(server: VLLMServer) -> dict:
             "lora_rank": server.lora_rank}
 
 
-@task(name="start-vllm-server", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
+@task(name="start-vllm-server", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2,
+      retry_condition_fn=retry_unless_stopping)
 def start_server(model_path: str, cfg: VLLMServerConfig, api_key: SecretStr) -> dict:
     """Start and health-wait; a failed start leaves nothing running, so a retry is clean."""
     server, _ = start_vllm_server(model_path, cfg, api_key=api_key.get_secret_value())

@@ -7,9 +7,11 @@ from prefect.cache_policies import NO_CACHE
 
 from ludic_core.queue.actor import ActorSpec, run_actor_round
 from ludic_core.queue.actor_pool import get_pool
+from tasks.retries import retry_unless_stopping
 
 
-@task(name="actor-round", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=1)
+@task(name="actor-round", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=1,
+      retry_condition_fn=retry_unless_stopping)
 def actor_round_task(spec: ActorSpec, round_index: int, pool: str | None = None) -> dict[str, float]:
     """One round of rollouts -> credit -> the stream, in this thread or in a
     worker process of the flow run's actor `pool`. A retry reuses the round

@@ -12,9 +12,11 @@ from ludic_core.compose.configs import AgentConfig, EnvConfig, SeedSchedule
 from ludic_core.compose.policy import open_client
 from ludic_core.rejection import KeepRule
 from ludic_core.rejection_sampling import rejection_sample as sample
+from tasks.retries import retry_unless_stopping
 
 
-@task(name="rejection-sample", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=1)
+@task(name="rejection-sample", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=1,
+      retry_condition_fn=retry_unless_stopping)
 def rejection_sample(teacher: Any, env: EnvConfig, agent: AgentConfig, *, student_path: str | None,
                      prompts: int, samples: int, schedule: SeedSchedule, keep: KeepRule, out_dir: str,
                      endpoint: dict | None = None, api_key: SecretStr | None = None) -> dict:

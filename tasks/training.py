@@ -21,11 +21,14 @@ from ludic_core.training.checkpoint_integrity import CheckpointCorrupt
 from ludic_core.stages.launch import run_torchrun
 from ludic_core.stages.run import StageSpec, run_stage
 from tasks.nodes import cancel_nodes, start_nodes, wait_nodes
+from tasks.retries import retry_unless_stopping
 
 
 def retry_unless_corrupt(task: Any, task_run: TaskRun, state: State) -> bool:
-    """Prefect's retry condition: a crash is worth a retry, a corrupt checkpoint is not."""
-    return not isinstance(state.data, CheckpointCorrupt)  # Failed(data=exc) for a raised exception
+    """Prefect's retry condition: a crash is worth a retry, a corrupt checkpoint is not (nor
+    anything once the process is stopping)."""
+    return (retry_unless_stopping(task, task_run, state)
+            and not isinstance(state.data, CheckpointCorrupt))  # Failed(data=exc) for a raised exception
 
 
 @task(name="train-stage", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2,

@@ -209,6 +209,7 @@ def test_a_stop_signal_that_code_wrapped_still_ends_as_interrupted(monkeypatch, 
     import time
 
     import flows.cli as cli
+    from tasks.retries import clear_stop
 
     def stopped_in_a_wrapper(args):
         try:
@@ -232,6 +233,7 @@ def test_a_stop_signal_that_code_wrapped_still_ends_as_interrupted(monkeypatch, 
     finally:
         signal.signal(signal.SIGTERM, handlers[0])
         signal.signal(signal.SIGINT, handlers[1])
+        clear_stop()  # the stop is this process's: the tests that follow in it retry as usual
 
 
 @pytest.mark.slow
