@@ -33,4 +33,4 @@ def clear_stop() -> None:
 
 def retry_unless_stopping(task: Any, task_run: Any, state: Any) -> bool:
     """Prefect's retry condition: a failure is worth a retry unless the process is stopping."""
-    return not _stop.is_set()
+    return not stop_requested()
