@@ -9,6 +9,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -40,6 +41,8 @@ def serve_tiny_model(model_dir: Path, log_dir: Path,
     else:
         cli.kill()
         pytest.fail("`ludic serve` did not start:\n" + "".join(seen)[-3000:])
+    # keep reading what it prints later, so a full pipe can never block it mid-test
+    threading.Thread(target=cli.stdout.readlines, daemon=True).start()
     try:
         yield json.loads(line), key, cli.pid
     finally:
