@@ -31,6 +31,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.first]  # one module-scoped stack: 2
 from tests.prefect_layer.stack import PREFECT, ROOT, _run, _start, _stop, _tail, base_env, start_server
 
 POOL = "ludic-process"
+# The heavy tests the PostgreSQL stack leaves to SQLite: what they add (a CLI that watches a
+# run, two torchrun nodes) does not touch the database beyond what the chain test does there.
+SQLITE_ONLY = pytest.mark.parametrize("deployed", ["sqlite"], indirect=True, scope="module")
 USER_PACKAGES = "user-packages"  # under the `deployed` tmp dir; on the worker's PYTHONPATH only
 
 
@@ -210,6 +213,7 @@ def test_invalid_parameters_rejected_at_trigger_time(client, cfg, field):
 
 
 @pytest.mark.heavy  # three CLI runs against the worker (~50 s): make test-heavy (and .ci/run) runs it
+@SQLITE_ONLY
 def test_a_failed_runs_reason_reaches_the_cli_that_watched_it(deployed, tmp_path):
     """A run that fails on the worker (here: a fresh clone's missing tiny model) tells
     the person who triggered it why, and how to fix it: `ludic run FLOW --deployment`
@@ -445,6 +449,7 @@ def test_secrets_stay_out_of_logs_and_artifacts(client, deployed):
 
 
 @pytest.mark.heavy
+@SQLITE_ONLY
 def test_sft_spans_two_nodes_through_the_train_node_deployment(client, deployed, tiny_model_dir, teacher_dataset,
                                                               tmp_path):
     """Two "machines" on loopback: the sft run is the head (one rank), and each of
