@@ -15,6 +15,11 @@
      HF `model.generate` on one left-padded batch (no log-probs).
    Warm-up once each, then interleaved runs (A B C, C B A, ...); medians.
    The server and this process share the same 2 cores; the idle side sleeps.
+3. The trainer beside the server: an RL loop's shape, 16 rollouts of 24 tokens from the server,
+   then a training phase on both cores (two single-thread processes doing matmuls, standing in
+   for torchrun's two ranks), against two servers of tiny-1m that differ only in the worker's
+   spin window after each message: vLLM's own (1 s) and ludic's (`worker_spin_s`). Rounds
+   alternate between them; medians of the training phase and of the rollouts.
 
     .venv/bin/python benchmarks/inference_server.py          # needs `ludic serve --setup`
     .venv/bin/python benchmarks/inference_server.py --smoke  # CI: toy sizes, proves the code path
@@ -140,6 +145,42 @@ def bench_decode(tiny_dir: Path, batch: int, n: int, repeats: int, log_dir: str,
     return {k: batch * n / statistics.median(v) for k, v in times.items()}
 
 
+def _rank_work(n: int) -> float:
+    """One trainer rank's stand-in: n small matmuls on one thread."""
+    torch.set_num_threads(1)
+    a = torch.randn(256, 256)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        a = torch.tanh(a @ a)
+    return time.perf_counter() - t0
+
+
+def bench_beside(servers: dict, rounds: int, work: int, batch: int = 16, n: int = 24) -> dict:
+    """`servers`: name -> (server, key), each serving a model with the tiny preset's chat template.
+    Per name: median seconds of the rollouts and of the training phase that follows them."""
+    import multiprocessing
+
+    clients = {k: VLLMChatClient(s.base_url, api_key=key) for k, (s, key) in servers.items()}
+    requests = [ChatCompletionRequest(messages=[{"role": "user", "content": f"move {i}"}],
+                                      sampling=SamplingConfig(temperature=1.0, max_tokens=n, seed=i))
+                for i in range(batch)]
+    times: dict = {k: {"rollouts_s": [], "train_s": []} for k in servers}
+    with multiprocessing.get_context("spawn").Pool(2) as ranks:
+        ranks.map(_rank_work, [10, 10])  # the ranks' start-up, outside the timing
+        for r in range(rounds + 1):
+            for name in list(clients) if r % 2 == 0 else list(clients)[::-1]:
+                async def go(c=clients[name]):
+                    return await asyncio.gather(*(c.complete(q) for q in requests))
+                t0 = time.perf_counter()
+                asyncio.run(go())
+                t1 = time.perf_counter()
+                ranks.map(_rank_work, [work, work])
+                if r:  # round 0 warms up
+                    times[name]["rollouts_s"].append(t1 - t0)
+                    times[name]["train_s"].append(time.perf_counter() - t1)
+    return {k: {m: statistics.median(v) for m, v in d.items()} for k, d in times.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--hidden", type=int, default=1024, help="push model width (1024 x 8 layers ~ 100M params)")
@@ -148,14 +189,17 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=8, help="rollouts-then-training rounds per server (part 3)")
+    ap.add_argument("--work", type=int, default=1500, help="matmuls per rank in a training phase (part 3)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--smoke", action="store_true",
                     help="CI: a 2-layer push model, one push, then 2 requests x 4 tokens on that model, one timed "
-                         "run, all on one vLLM server (a start is 1-2 minutes on 2 cores); proves the code path, "
-                         "measures nothing")
+                         "run, all on one vLLM server (a start is 1-2 minutes on 2 cores), and 1 round of part 3 "
+                         "on that server alone; proves the code path, measures nothing")
     args = ap.parse_args()
     if args.smoke:
         args.hidden, args.layers, args.pushes, args.batch, args.max_tokens, args.repeats = 64, 2, 1, 2, 4, 1
+        args.rounds, args.work = 1, 20
     root = Path("runs/bench") if Path("runs").is_dir() else Path(tempfile.gettempdir()) / "ludic_bench"
     tiny = build_tiny_model(root / "tiny-1m", "tiny-1m")
     logs = str(root / "vllm-logs")
@@ -166,6 +210,7 @@ def main() -> None:
     try:
         push = bench_push(push_dir, args.pushes, logs, served)
         tps = bench_decode(push_dir if args.smoke else tiny, args.batch, args.max_tokens, args.repeats, logs, served)
+        beside = bench_beside({"ludic": served}, args.rounds, args.work) if served else bench_spin(tiny, logs, args)
     finally:
         if served is not None:
             served[0].stop()
@@ -182,8 +227,31 @@ def main() -> None:
         print(f"{name:<18}{v:>10.0f}{v / base:>8.2f}x")
     print(f"ratio (vLLM / LocalChatClient) decode tokens/s: {base / tps['LocalChatClient']:.2f}x")
     print(f"ratio (vLLM / HF generate) decode tokens/s: {base / tps['HF generate']:.2f}x")
+    spin = VLLMServerConfig().worker_spin_s
+    print(f"beside the server: 16 rollouts x 24 tokens, then 2 ranks x {args.work} matmuls, median of {args.rounds}:")
+    print(f"{'worker spin':<22}{'rollouts s':>11}{'training s':>11}")
+    for name, t in beside.items():
+        label = f"{spin} s (ludic)" if name == "ludic" else "1 s (vLLM's own)"
+        print(f"{label:<22}{t['rollouts_s']:>11.3f}{t['train_s']:>11.3f}")
+    if "vllm" in beside:
+        print(f"ratio (ludic / vLLM's spin) training-phase seconds beside the server: "
+              f"{beside['ludic']['train_s'] / beside['vllm']['train_s']:.2f}x")
+    else:
+        print("ratio (ludic / vLLM's spin) training-phase seconds beside the server: n/a, the smoke has one server")
     if args.json:
-        print(json.dumps({"push": push, "decode_tokens_per_s": tps}))
+        print(json.dumps({"push": push, "decode_tokens_per_s": tps, "beside": beside}))
+
+
+def bench_spin(tiny: Path, logs: str, args: argparse.Namespace) -> dict:
+    """Part 3 with its two servers of `tiny`: ludic's spin window and vLLM's own."""
+    servers = {}
+    try:
+        for name, spin in (("ludic", VLLMServerConfig().worker_spin_s), ("vllm", None)):
+            servers[name] = start_vllm_server(tiny, VLLMServerConfig(log_dir=logs, worker_spin_s=spin))
+        return bench_beside(servers, args.rounds, args.work)
+    finally:
+        for server, _ in servers.values():
+            server.stop()
 
 
 if __name__ == "__main__":

@@ -87,6 +87,9 @@ class VLLMServerConfig(FrozenModel):
     max_num_batched_tokens: int = bounded(16384, ge=256, le=MAX_TOKEN_BUDGET,
                                           description="large: avoids a seeded chunked-prefill crash on CPU")
     kv_cache_gib: int = bounded(1, ge=1, le=MAX_KV_CACHE_GIB, description="VLLM_CPU_KVCACHE_SPACE on the CPU build")
+    worker_spin_s: float | None = Field(
+        0.05, ge=0, le=1, description="CPU build: how long vLLM's worker spins after each message before it "
+                                      "sleeps (vLLM's own: 1 s, a core busy after every step); None = vLLM's")
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1, description="CUDA build only")
     enforce_eager: bool = Field(True, description="skip torch.compile: ~20 s faster start-up")
     weight_transfer: Literal["auto", "ludic_gloo", "nccl"] = Field(
@@ -140,7 +143,7 @@ def detect_build(python: str) -> Literal["cpu", "cuda"]:
 def build_command(model_path: str, cfg: VLLMServerConfig, *, python: str, port: int,
                   build: str) -> tuple[list[str], dict[str, str]]:
     """The server's argv and the environment additions (no secrets)."""
-    from ludic_core.vllm.plugin import EXTENSION_CLS, PLUGIN_DIR
+    from ludic_core.vllm.plugin import EXTENSION_CLS, PLUGIN_DIR, SPIN_ENV
 
     backend = cfg.weight_transfer if cfg.weight_transfer != "auto" else ("nccl" if build == "cuda" else "ludic_gloo")
     cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_path),
@@ -161,6 +164,8 @@ def build_command(model_path: str, cfg: VLLMServerConfig, *, python: str, port: 
     env = {"VLLM_SERVER_DEV_MODE": "1", "PYTHONPATH": str(PLUGIN_DIR)}
     if build == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.kv_cache_gib)
+        if cfg.worker_spin_s is not None:
+            env[SPIN_ENV] = str(cfg.worker_spin_s)
     if cfg.max_lora_rank is not None:
         cmd += lora_flags(cfg)
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"  # vLLM's documented switch for the load/unload routes

@@ -90,6 +90,16 @@ def test_every_route_needs_the_api_key_except_health(vllm_server):
     assert paused == {"is_paused": False}  # the refused /pause did nothing
 
 
+def test_the_cpu_workers_spin_window_is_ludics(vllm_server):
+    """`ludic serve` on the CPU build shortens the worker's spin after each message from vLLM's 1 s
+    to `VLLMServerConfig.worker_spin_s` (benchmarks/inference_server.py measures what it buys)."""
+    from ludic_core.vllm.server import VLLMServerConfig
+
+    out = httpx.post(f"{vllm_server.root_url}/collective_rpc", json={"method": "ludic_spin_window"},
+                     headers={"Authorization": f"Bearer {vllm_server.api_key}"}, timeout=30).json()
+    assert [float(r) for r in out["results"]] == [VLLMServerConfig().worker_spin_s], out
+
+
 @pytest.mark.slow
 def test_a_server_whose_owner_dies_ends_and_clients_get_a_clear_error(tiny_model_dir, tmp_path):
     """Its own server, started by a process that is then SIGKILLed (as a cancelled or

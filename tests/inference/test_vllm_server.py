@@ -29,7 +29,8 @@ def test_cpu_command_has_what_ludic_relies_on_and_no_secret():
     assert _flag(cmd, "--worker-extension-cls") == "ludic_vllm_ext.LudicWorkerExtension"
     assert _flag(cmd, "--middleware") == "ludic_vllm_auth.require_api_key"
     assert "--enforce-eager" in cmd and "--api-key" not in cmd  # the key travels in VLLM_API_KEY
-    assert env == {"VLLM_SERVER_DEV_MODE": "1", "PYTHONPATH": str(PLUGIN_DIR), "VLLM_CPU_KVCACHE_SPACE": "1"}
+    assert env == {"VLLM_SERVER_DEV_MODE": "1", "PYTHONPATH": str(PLUGIN_DIR), "VLLM_CPU_KVCACHE_SPACE": "1",
+                   "LUDIC_VLLM_SPIN_S": "0.05"}
 
 
 def test_cuda_command_uses_vllms_nccl_engine():

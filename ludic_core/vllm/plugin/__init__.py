@@ -11,5 +11,8 @@ from pathlib import Path
 
 PLUGIN_DIR = Path(__file__).resolve().parent
 EXTENSION_CLS = "ludic_vllm_ext.LudicWorkerExtension"
+#: the environment variable through which the launcher sets the worker's spin window
+#: (`ludic_vllm_ext.shorten_idle_spin`, which reads it on import under the same name)
+SPIN_ENV = "LUDIC_VLLM_SPIN_S"
 
-__all__ = ["PLUGIN_DIR", "EXTENSION_CLS"]
+__all__ = ["PLUGIN_DIR", "EXTENSION_CLS", "SPIN_ENV"]

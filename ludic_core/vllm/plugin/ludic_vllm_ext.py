@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,9 +48,14 @@ except ImportError:  # not inside vLLM's environment: nothing to register
     WeightTransferEngine = WeightTransferInitInfo = WeightTransferUpdateInfo = object
     WeightTransferEngineFactory = None
 
-__all__ = ["GlooInitInfo", "GlooUpdateInfo", "GlooWeightTransferEngine", "LudicWorkerExtension"]
+__all__ = ["GlooInitInfo", "GlooUpdateInfo", "GlooWeightTransferEngine", "LudicWorkerExtension", "SPIN_ENV",
+           "shorten_idle_spin", "spin_window"]
 
 log = logging.getLogger("ludic_vllm_ext")
+
+#: the worker's spin window in seconds after each message (`shorten_idle_spin`), set by ludic's launcher;
+#: ludic_core.vllm.plugin.SPIN_ENV (this module runs without ludic_core installed)
+SPIN_ENV = "LUDIC_VLLM_SPIN_S"
 
 
 @dataclass
@@ -160,6 +166,10 @@ class LudicWorkerExtension:
         schema = wire.read_checkpoint_schema(self.vllm_config.model_config.model)  # type: ignore[attr-defined]
         return wire.schema_problems(metas, schema)
 
+    def ludic_spin_window(self) -> float | None:
+        """The worker's spin window in seconds (`shorten_idle_spin`); None where this vLLM has none."""
+        return spin_window()
+
     def ludic_abort_weight_update(self) -> bool:
         """Drop a half-received push (the model was never touched) and clear
         the worker's 'update active' flag, so the next push can start."""
@@ -173,3 +183,40 @@ class LudicWorkerExtension:
 
 if WeightTransferEngineFactory is not None and wire.BACKEND not in WeightTransferEngineFactory._registry:
     WeightTransferEngineFactory.register_engine(wire.BACKEND, GlooWeightTransferEngine)
+
+
+def _spin_init() -> Any:
+    try:
+        from vllm.distributed.device_communicators.shm_broadcast import SpinCondition
+    except ImportError:
+        return None
+    init = SpinCondition.__init__
+    names = init.__code__.co_varnames[:init.__code__.co_argcount]
+    if names[-1:] != ("busy_loop_s",) or init.__defaults__ is None or len(init.__defaults__) != 1:
+        return None
+    return init
+
+
+def spin_window() -> float | None:
+    """The spin window new shared-memory queue readers get; None where this vLLM has none."""
+    init = _spin_init()
+    return None if init is None else float(init.__defaults__[0])
+
+
+def shorten_idle_spin(seconds: float | None) -> bool:
+    """After each message, vLLM's worker spins (sched_yield) on its shared-memory queue for 1 s
+    before it sleeps on a socket: low latency on a GPU host with cores to spare. On a CPU host the
+    worker then burns a whole core for a second after the last step of every batch of rollouts,
+    the core the trainer beside it needs. `seconds` is the new spin window (None: leave vLLM's). Runs on import, in the
+    worker, before its queues exist; False where this vLLM has no such window (nothing changed)."""
+    if seconds is None:
+        return False
+    init = _spin_init()
+    if init is None:
+        log.warning("ludic_vllm_ext: this vLLM has no SpinCondition(busy_loop_s=...); its spin window is left as is")
+        return False
+    init.__defaults__ = (float(seconds),)
+    return True
+
+
+shorten_idle_spin(float(os.environ[SPIN_ENV]) if os.environ.get(SPIN_ENV) else None)
