@@ -89,7 +89,7 @@ class VLLMServerConfig(FrozenModel):
     kv_cache_gib: int = bounded(1, ge=1, le=MAX_KV_CACHE_GIB, description="VLLM_CPU_KVCACHE_SPACE on the CPU build")
     worker_spin_s: float | None = Field(
         0.05, ge=0, le=1, description="CPU build: how long vLLM's worker spins after each message before it "
-                                      "sleeps (vLLM's own: 1 s, a core busy after every step); None = vLLM's")
+                                      "sleeps (vLLM's own: 1 s, a core busy after every batch); None = vLLM's")
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1, description="CUDA build only")
     enforce_eager: bool = Field(True, description="skip torch.compile: ~20 s faster start-up")
     weight_transfer: Literal["auto", "ludic_gloo", "nccl"] = Field(

@@ -207,8 +207,9 @@ def shorten_idle_spin(seconds: float | None) -> bool:
     """After each message, vLLM's worker spins (sched_yield) on its shared-memory queue for 1 s
     before it sleeps on a socket: low latency on a GPU host with cores to spare. On a CPU host the
     worker then burns a whole core for a second after the last step of every batch of rollouts,
-    the core the trainer beside it needs. `seconds` is the new spin window (None: leave vLLM's). Runs on import, in the
-    worker, before its queues exist; False where this vLLM has no such window (nothing changed)."""
+    the core the trainer beside it needs. `seconds` is the new spin window (None: leave vLLM's).
+    Runs on import, in the worker, before its queues exist; False where this vLLM has no such
+    window (nothing changed)."""
     if seconds is None:
         return False
     init = _spin_init()
