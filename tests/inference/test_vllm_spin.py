@@ -4,6 +4,7 @@ test_vllm_live.py; what it buys: benchmarks/inference_server.py."""
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import sys
 import types
@@ -58,3 +59,21 @@ def test_the_launcher_sets_the_window_on_the_cpu_build_only(build, spin, want):
 
 def test_the_env_names_agree():
     assert ext.SPIN_ENV == SPIN_ENV  # the extension runs without ludic_core, so it names it itself
+
+
+@pytest.mark.parametrize("name, window", [("ludic_vllm_ext", 0.05), ("ludic_core.vllm.plugin.ludic_vllm_ext", 1.0)])
+def test_the_env_sets_the_window_only_in_the_server(monkeypatch, caplog, name, window):
+    """The server loads the file as `ludic_vllm_ext` and takes the env's window; the trainer imports
+    it through ludic_core (its wire types), where an exported variable must change nothing."""
+    class SpinCondition:
+        def __init__(self, is_reader, context, notify_address, busy_loop_s: float = 1):
+            self.busy_loop_s = busy_loop_s
+
+    _fake_vllm(monkeypatch, SpinCondition)
+    monkeypatch.setenv(SPIN_ENV, "0.05")
+    spec = importlib.util.spec_from_file_location(name, ext.__file__)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, module)
+    with caplog.at_level(logging.WARNING, logger="ludic_vllm_ext"):
+        spec.loader.exec_module(module)
+    assert SpinCondition(True, None, "x").busy_loop_s == window and not caplog.text

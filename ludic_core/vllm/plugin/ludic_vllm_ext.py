@@ -208,8 +208,8 @@ def shorten_idle_spin(seconds: float | None) -> bool:
     before it sleeps on a socket: low latency on a GPU host with cores to spare. On a CPU host the
     worker then burns a whole core for a second after the last step of every batch of rollouts,
     the core the trainer beside it needs. `seconds` is the new spin window (None: leave vLLM's).
-    Runs on import, in the worker, before its queues exist; False where this vLLM has no such
-    window (nothing changed)."""
+    Runs on import in the server's worker, before its queues exist (not when ludic_core imports
+    this module in the trainer); False where this vLLM has no such window (nothing changed)."""
     if seconds is None:
         return False
     init = _spin_init()
@@ -220,4 +220,5 @@ def shorten_idle_spin(seconds: float | None) -> bool:
     return True
 
 
-shorten_idle_spin(float(os.environ[SPIN_ENV]) if os.environ.get(SPIN_ENV) else None)
+if __name__ == "ludic_vllm_ext":  # loaded by the server (this folder on its PYTHONPATH), not by ludic_core
+    shorten_idle_spin(float(os.environ[SPIN_ENV]) if os.environ.get(SPIN_ENV) else None)
