@@ -211,10 +211,15 @@ class RolloutBatchSource(BatchSource):
         return batch
 
     def state_dict(self) -> dict[str, Any]:
-        return {"batch_index": self.batch_index}
+        state: dict[str, Any] = {"batch_index": self.batch_index}
+        if hasattr(self.strategy, "state_dict"):  # GRPO's group ids: a resumed run draws the ones it would have
+            state["strategy"] = self.strategy.state_dict()
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.batch_index = int(state.get("batch_index", 0))
+        if "strategy" in state and hasattr(self.strategy, "load_state_dict"):  # absent in older checkpoints
+            self.strategy.load_state_dict(state["strategy"])
 
 
 def _strategy(algorithm: Any, given: RequestStrategy | None, seed: int | None) -> RequestStrategy | None:

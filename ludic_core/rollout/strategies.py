@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from typing import Protocol, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 from ludic_core.rollout.requests import RolloutRequest
 
@@ -25,7 +25,10 @@ class IdentityStrategy:
 class GRPORequestStrategy:
     """G episodes per request: same env seed (same problem / start state),
     distinct sampling seeds, one shared `group_id`, so group-relative credit
-    compares answers to the same question."""
+    compares answers to the same question. Its generator's state is part of a
+    checkpoint (`state_dict`), so a resumed run draws the group ids (and any seeds
+    the requests leave open) an uninterrupted one would have: ids stay unique
+    across a run's rollout log."""
 
     def __init__(self, group_size: int, *, seed: int | None = None) -> None:
         if group_size < 1:
@@ -48,3 +51,16 @@ class GRPORequestStrategy:
                         "group_id": group_id,
                     }))
         return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """The generator's state, JSON-able (a checkpoint's `trainer_state.json` holds it)."""
+        version, internal, gauss = self._rng.getstate()
+        return {"rng": [version, list(internal), gauss]}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        try:
+            version, internal, gauss = state["rng"]
+            self._rng.setstate((int(version), tuple(int(v) for v in internal), gauss))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"not a GRPORequestStrategy state (want {{'rng': [version, [625 ints], gauss]}}): "
+                             f"{exc}") from exc

@@ -2,6 +2,7 @@
 restarted there through the env's `branch_kwargs` (real engine, env and credit;
 a scripted policy)."""
 
+import json
 import random
 
 import pytest
@@ -80,11 +81,13 @@ def test_the_states_depend_only_on_the_draw_and_the_step():
         starts.append(sorted(r.steps[0].prev_obs for r in source.last_rollouts[4:]))
     assert starts[0] == starts[1]
     resumed = _source()
-    resumed.load_state_dict({"batch_index": 1})
+    resumed.load_state_dict(json.loads(json.dumps(a.state_dict())))  # as a checkpoint holds it
     resumed.next_batch()
     a.next_batch()
     assert sorted(r.steps[0].prev_obs for r in resumed.last_rollouts[4:]) == \
         sorted(r.steps[0].prev_obs for r in a.last_rollouts[4:])
+    # and the same group ids, drawn and branched: not the first step's again
+    assert [r.meta["group_id"] for r in resumed.last_rollouts] == [r.meta["group_id"] for r in a.last_rollouts]
 
 
 def test_fewer_states_than_asked_branches_them_all():

@@ -116,6 +116,24 @@ def test_grpo_strategy_validates_group_size():
         GRPORequestStrategy(0)
 
 
+def test_grpo_strategy_resumes_its_group_ids_from_its_state():
+    """A checkpoint holds the generator's state (JSON), so a resumed run's group ids are those an
+    uninterrupted run draws next, not its first batch's again."""
+    import json
+
+    reqs = _requests(3)
+    a = GRPORequestStrategy(2, seed=5)
+    first = {r.group_id for r in a.expand(reqs)}
+    state = json.loads(json.dumps(a.state_dict()))
+    want = [r.group_id for r in a.expand(reqs)]
+    resumed, fresh = GRPORequestStrategy(2, seed=5), GRPORequestStrategy(2, seed=5)
+    resumed.load_state_dict(state)
+    assert [r.group_id for r in resumed.expand(reqs)] == want and not first & set(want)
+    assert {r.group_id for r in fresh.expand(reqs)} == first  # what a resume without the state drew
+    with pytest.raises(ValueError, match="not a GRPORequestStrategy state"):
+        resumed.load_state_dict({"rng": [3, "x", None]})
+
+
 def test_malformed_jsonl_line_is_named(tmp_path):
     p = tmp_path / "bad.jsonl"
     p.write_text('{"id": "a", "meta": {}, "steps": []}\n{"id": "b"}\n')
