@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 from ludic_core.batching.saw import SAWBatch, SAWItem
 from ludic_core.credit import signal_groups
 from ludic_core.rollout.jsonl import read_rollouts
-from ludic_core.rollout.strategies import GRPORequestStrategy, RequestStrategy
+from ludic_core.rollout.strategies import GRPORequestStrategy, RequestStrategy, StatefulStrategy
 from ludic_core.types import Message, Rollout
 
 __all__ = [
@@ -212,13 +212,13 @@ class RolloutBatchSource(BatchSource):
 
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {"batch_index": self.batch_index}
-        if hasattr(self.strategy, "state_dict"):  # GRPO's group ids: a resumed run draws the ones it would have
+        if isinstance(self.strategy, StatefulStrategy):  # GRPO's group ids: a resumed run draws the ones it would have
             state["strategy"] = self.strategy.state_dict()
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.batch_index = int(state.get("batch_index", 0))
-        if "strategy" in state and hasattr(self.strategy, "load_state_dict"):  # absent in older checkpoints
+        if "strategy" in state and isinstance(self.strategy, StatefulStrategy):  # absent in older checkpoints
             self.strategy.load_state_dict(state["strategy"])
 
 

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from ludic_core.rollout.engine import RolloutEngine
     from ludic_core.rollout.jsonl import append_rollouts, read_rollouts
     from ludic_core.rollout.requests import EnvConfig, EnvSpec, ProtocolSpec, RolloutRequest
-    from ludic_core.rollout.strategies import GRPORequestStrategy, IdentityStrategy, RequestStrategy
+    from ludic_core.rollout.strategies import GRPORequestStrategy, IdentityStrategy, RequestStrategy, StatefulStrategy
 
 __all__ = [
     "EnvConfig",
@@ -26,6 +26,7 @@ __all__ = [
     "RequestStrategy",
     "RolloutEngine",
     "RolloutRequest",
+    "StatefulStrategy",
     "append_rollouts",
     "read_rollouts",
 ]
@@ -41,6 +42,7 @@ _SOURCE = {
     "GRPORequestStrategy": "strategies",
     "IdentityStrategy": "strategies",
     "RequestStrategy": "strategies",
+    "StatefulStrategy": "strategies",
 }
 
 __getattr__, __dir__ = lazy_exports(__name__, _SOURCE)

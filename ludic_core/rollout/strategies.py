@@ -4,15 +4,24 @@ from __future__ import annotations
 
 import random
 import uuid
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 from ludic_core.rollout.requests import RolloutRequest
 
-__all__ = ["RequestStrategy", "IdentityStrategy", "GRPORequestStrategy"]
+__all__ = ["RequestStrategy", "StatefulStrategy", "IdentityStrategy", "GRPORequestStrategy"]
 
 
 class RequestStrategy(Protocol):
     def expand(self, requests: Sequence[RolloutRequest]) -> list[RolloutRequest]: ...
+
+
+@runtime_checkable
+class StatefulStrategy(RequestStrategy, Protocol):
+    """A strategy whose draws depend on what it drew before: a batch source checkpoints its state."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
 
 
 class IdentityStrategy:
