@@ -11,6 +11,10 @@ Smokes over ~20 s are marked `heavy` (`make test-heavy`; .ci/run runs both), and
 their own vLLM server (the CPU build in .venv-vllm, `make vllm`) or redis-server are marked `vllm`
 / `redis` as well. Seconds are on the 2-core CI machine under load. A script with no smoke yet is
 named in NO_SMOKE with the reason, so a new script without one fails the inventory test.
+
+Scripts that run the flows get the API of one `prefect server start` per test worker
+(PREFECT_API_URL), as a user with a server would: without it each started Prefect's temporary
+server on a fresh database, 20-27 s of every such smoke.
 """
 
 from __future__ import annotations
@@ -84,6 +88,35 @@ def test_every_benchmark_script_has_a_smoke_or_a_reason():
     assert not smoked & set(NO_SMOKE)
 
 
+def runs_flows(script: str, seen: frozenset[str] = frozenset()) -> bool:
+    """Whether the script imports the flows, itself or through another benchmark module it imports."""
+    text = (BENCHMARKS / script).read_text()
+    if re.search(r"^\s*(from|import) flows\b", text, re.M):
+        return True
+    local = {f"{m}.py" for m in re.findall(r"^\s*from (\w+) import", text, re.M)}
+    return any(runs_flows(m, seen | {script}) for m in local - seen if (BENCHMARKS / m).exists())
+
+
+@pytest.fixture(scope="module")
+def prefect_server(tmp_path_factory):
+    """One Prefect API server for this worker's smokes that run flows; its URL."""
+    from ludic_core.ports import free_port
+    from tests.prefect_layer.stack import _stop, base_env, start_server
+
+    tmp = tmp_path_factory.mktemp("smokes-prefect")
+    api_url = f"http://127.0.0.1:{free_port()}/api"
+    server = start_server(api_url, base_env(api_url, tmp / "home"), tmp / "server.log", timeout_s=180)
+    try:
+        yield api_url
+    finally:
+        _stop(server)
+
+
+def test_the_flow_scripts_are_told_apart():
+    assert runs_flows("teacher_student.py") and runs_flows("learning_arithmetic.py")  # the latter by its import
+    assert not runs_flows("packing.py") and not runs_flows("time_to_target.py")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("script,args,also,timeout", SMOKES)
 def test_the_smoke_runs_and_prints_its_ratio_line(script, args, also, timeout, tmp_path, request):
@@ -93,6 +126,8 @@ def test_the_smoke_runs_and_prints_its_ratio_line(script, args, also, timeout, t
         if not env_python().exists():  # as the vllm_server fixture: a missing environment fails, never skips
             pytest.fail(f"no vLLM environment at {env_python().parent.parent}: run `make vllm`")
     env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    if runs_flows(script):
+        env["PREFECT_API_URL"] = request.getfixturevalue("prefect_server")
     res = subprocess.run([sys.executable, str(BENCHMARKS / script), *args], cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=timeout)
     assert res.returncode == 0, f"{script} {' '.join(args)} exited {res.returncode}:\n{res.stderr[-4000:]}"

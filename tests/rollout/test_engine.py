@@ -119,8 +119,6 @@ def test_grpo_strategy_validates_group_size():
 def test_grpo_strategy_resumes_its_group_ids_from_its_state():
     """A checkpoint holds the generator's state (JSON), so a resumed run's group ids are those an
     uninterrupted run draws next, not its first batch's again."""
-    import json
-
     reqs = _requests(3)
     a = GRPORequestStrategy(2, seed=5)
     first = {r.group_id for r in a.expand(reqs)}
