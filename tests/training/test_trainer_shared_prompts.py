@@ -139,11 +139,14 @@ def test_a_model_that_scores_shared_prompts_differently_is_scored_whole(tiny_mod
 
 
 def test_sharing_is_off_where_a_forward_cannot_keep_a_cache(tiny_model_dir):
-    """Activation checkpointing drops the KV cache; a compiled layer is not tried with one."""
+    """Activation checkpointing drops the KV cache; a compiled layer is not tried with one. The
+    flag is decided at construction, so the compiled trainer takes no step here (inductor's ~35 s;
+    test_trainer_compile.py trains compiled steps)."""
     for cfg in ({"grad_checkpointing": True}, {"compile": True}, {"share_prompts": False}):
         tr = _trainer(tiny_model_dir, make_grpo(), SAWBatch(_groups()), skip=True, **cfg)
         assert not tr.batcher.share_prompts, cfg
-        assert tr.train_step()["shared_prompt_positions"] == 0.0
+        if "compile" not in cfg:
+            assert tr.train_step()["shared_prompt_positions"] == 0.0
 
 
 def test_a_shared_prompt_step_still_reads_the_device_twice(tiny_model_dir, monkeypatch):
