@@ -343,16 +343,17 @@ def queue_report(stream, final: Path | None, rounds: list[dict], failed_rounds: 
     if metrics_path and Path(metrics_path).exists():
         steps = [json.loads(line) for line in Path(metrics_path).read_text().splitlines() if line.strip()]
     idle = sum(float(s.get("queue_wait_s", 0.0)) for s in steps)
+    produced, backlog, pending = stream.tally()  # at one instant: an actor may still be adding
     return {
         "wall_s": round(wall_s, 1),
         "steps": len(steps),
         "rounds": sum(1 for r in rounds if not r.get("stopped")),
         "failed_rounds": failed_rounds,
-        "items_produced": stream.entries_added(),
+        "items_produced": produced,
         "items_trained": int(totals.get("trained", 0)),
         "stale_dropped": stream.side_count(stream.dropped_key),
         "dead_lettered": stream.side_count(stream.dead_key),
-        "left_in_stream": stream.backlog() + stream.pending(),  # unread, or read and not in a checkpoint
+        "left_in_stream": backlog + pending,  # unread, or read and not in a checkpoint
         "trainer_idle_s": round(idle, 1),
         "trainer_idle_frac": round(idle / max(wall_s, 1e-9), 3),
         "items_per_s": round(totals.get("trained", 0) / max(wall_s, 1e-9), 2),

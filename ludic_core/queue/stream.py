@@ -76,17 +76,34 @@ class SAWStream:
     def backlog(self) -> int:
         """Entries the group has not been delivered yet (XINFO GROUPS `lag`;
         when Redis cannot tell, the stream length, which over-counts: safe)."""
-        for g in self.client.xinfo_groups(self.key):
-            if _s(g.get("name")) == self.group:
-                lag = g.get("lag")
-                return int(lag) if lag is not None else int(self.client.xlen(self.key))
-        return int(self.client.xlen(self.key))
+        return self._lag(self.client.xinfo_groups(self.key), lambda: int(self.client.xlen(self.key)))
+
+    def _lag(self, groups: Sequence[Mapping[str, Any]], length: Any) -> int:
+        for g in groups:
+            if _s(g.get("name")) == self.group and g.get("lag") is not None:
+                return int(g["lag"])
+        return length()
 
     def entries_added(self) -> int:
         """Every entry ever appended to the stream (trimmed ones included); 0 before the stream exists."""
         if not self.client.exists(self.key):
             return 0
         return int(self.client.xinfo_stream(self.key)["entries-added"])
+
+    def tally(self) -> tuple[int, int, int]:
+        """(entries added, backlog, pending), read in one MULTI/EXEC: an actor's XADD landing
+        between separate reads made a report's produced count disagree with what it said was
+        left (the trainer's end, with an actor's last round in flight). (0, 0, 0) before the
+        stream exists."""
+        if not self.client.exists(self.key):
+            return 0, 0, 0
+        pipe = self.client.pipeline(transaction=True)
+        pipe.xinfo_stream(self.key)
+        pipe.xinfo_groups(self.key)
+        pipe.xlen(self.key)
+        pipe.xpending(self.key, self.group)
+        info, groups, length, pending = pipe.execute()
+        return int(info["entries-added"]), self._lag(groups, lambda: int(length)), int(pending["pending"])
 
     @property
     def done_key(self) -> str:
