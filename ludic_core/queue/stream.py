@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 __all__ = ["SAWStream", "connect", "Entry"]
 
@@ -78,7 +78,8 @@ class SAWStream:
         when Redis cannot tell, the stream length, which over-counts: safe)."""
         return self._lag(self.client.xinfo_groups(self.key), lambda: int(self.client.xlen(self.key)))
 
-    def _lag(self, groups: Sequence[Mapping[str, Any]], length: Any) -> int:
+    def _lag(self, groups: Sequence[Mapping[str, Any]], length: Callable[[], int]) -> int:
+        """The group's lag in XINFO GROUPS' answer, else `length()` (an over-count: safe)."""
         for g in groups:
             if _s(g.get("name")) == self.group and g.get("lag") is not None:
                 return int(g["lag"])
