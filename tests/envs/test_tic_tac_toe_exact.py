@@ -3,15 +3,7 @@
 import pytest
 
 from ludic_core.envs.tic_tac_toe import TicTacToeEnv, heuristic_teacher, minimax_teacher
-from ludic_core.envs.tic_tac_toe.env import _prompt_obs
-from ludic_core.envs.tic_tac_toe.exact import exact_win_draw, model_board_policy
-
-
-def _board_policy(player):
-    """A scripted chat player as a board policy (its greedy move on each board)."""
-    def policy(boards, mark):
-        return [int(player([{"role": "user", "content": _prompt_obs(b, mark)}])[len("<move>")]) for b in boards]
-    return policy
+from ludic_core.envs.tic_tac_toe.exact import chat_board_policy, exact_win_draw, main, model_board_policy
 
 
 def _played(player, mark: str, games: int) -> float:
@@ -30,9 +22,9 @@ def _played(player, mark: str, games: int) -> float:
 
 
 def test_minimax_never_loses_and_the_teachers_blind_spot_costs_what_enumeration_says():
-    assert exact_win_draw(_board_policy(minimax_teacher()), "X") == pytest.approx(1.0)
-    assert exact_win_draw(_board_policy(minimax_teacher()), "O") == pytest.approx(1.0)
-    teacher = _board_policy(heuristic_teacher())
+    assert exact_win_draw(chat_board_policy(minimax_teacher()), "X") == pytest.approx(1.0)
+    assert exact_win_draw(chat_board_policy(minimax_teacher()), "O") == pytest.approx(1.0)
+    teacher = chat_board_policy(heuristic_teacher())
     # the values an earlier, independent enumeration gave (docs/experiments/2026-11-29-student-past-teacher.md)
     assert round(exact_win_draw(teacher, "X"), 3) == 0.953
     assert round(exact_win_draw(teacher, "O"), 3) == 0.871
@@ -41,7 +33,7 @@ def test_minimax_never_loses_and_the_teachers_blind_spot_costs_what_enumeration_
 @pytest.mark.parametrize("mark", ["X", "O"])
 def test_the_exact_value_is_what_games_against_the_envs_random_opponent_average_to(mark):
     player = heuristic_teacher()
-    exact = exact_win_draw(_board_policy(player), mark)
+    exact = exact_win_draw(chat_board_policy(player), mark)
     # 3000 games: the share's standard error is about 0.006 here
     assert abs(_played(player, mark, 3000) - exact) < 0.02, exact
 
@@ -63,3 +55,27 @@ def test_a_model_is_asked_each_board_once_and_answers_a_cell(tmp_path):
     cells = policy(boards, "O")
     assert len(cells) == 4 and all(1 <= c <= 9 for c in cells)
     assert [policy([b], "O")[0] for b in boards] == cells  # one at a time: the same cells
+
+
+def test_the_command_scores_a_scripted_teacher_as_the_function_does(capsys):
+    kwargs = {"fallback": "centre", "overlooks": "columns"}
+    main(["--heuristic", '{"fallback": "centre", "overlooks": "columns"}'])
+    blind = chat_board_policy(heuristic_teacher(**kwargs))
+    x, o = exact_win_draw(blind, "X"), exact_win_draw(blind, "O")
+    assert f"X {x:.4f}, O {o:.4f}" in capsys.readouterr().out
+    sighted = chat_board_policy(heuristic_teacher(fallback="centre"))
+    assert o < exact_win_draw(sighted, "O") - 0.1  # never blocking a column greedily costs O games
+    main(["--minimax"])
+    assert "X 1.0000, O 1.0000" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--heuristic", '{"fallbak": "centre"}'], "fallbak"),
+    (["--heuristic", "[1]"], "JSON object"),
+    (["--heuristic", "{"], "JSON object"),
+    (["--minimax", "{}"], "usage"),
+    (["--random"], "usage"),
+])
+def test_the_command_names_what_is_wrong_with_a_teacher(argv, match):
+    with pytest.raises(SystemExit, match=match):
+        main(argv)

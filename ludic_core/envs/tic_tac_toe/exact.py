@@ -7,20 +7,24 @@ the board alone (the demo's one-observation context) the game tree has at most a
 states to ask it about, so the exact number costs less than the 400 games.
 
     python -m ludic_core.envs.tic_tac_toe.exact MODEL_DIR ...
+    python -m ludic_core.envs.tic_tac_toe.exact --heuristic '{"fallback": "centre"}'
 
 prints it for models trained on the tic-tac-toe recipe's prompt (no system message, the latest
-board only), the move read as the most likely cell digit after "<move>".
+board only), the move read as the most likely cell digit after "<move>"; with `--heuristic KWARGS`
+(JSON) or `--minimax`, for that scripted teacher's greedy play (the demo table's teacher row).
 """
 
 from __future__ import annotations
 
+import json
+import re
 import sys
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from ludic_core.envs.tic_tac_toe.env import _prompt_obs
 from ludic_core.envs.tic_tac_toe.rules import _check_mark, _other, _place, _winner, legal_moves
 
-__all__ = ["BoardPolicy", "exact_win_draw", "model_board_policy"]
+__all__ = ["BoardPolicy", "exact_win_draw", "model_board_policy", "chat_board_policy"]
 
 #: The cells (1-9) a deterministic policy plays, as `mark`, on each board; None for a reply
 #: that names no cell. A missing or occupied cell loses the game, as in the env.
@@ -88,6 +92,19 @@ def model_board_policy(model_dir: str) -> BoardPolicy:
     return policy
 
 
+def chat_board_policy(player: Callable[[list[dict[str, Any]]], str]) -> BoardPolicy:
+    """A scripted chat player's cell on each board, asked with the recipe's prompt and no
+    temperature (a teacher's greedy move); None where its reply names no cell."""
+    def policy(boards: Sequence[str], mark: str) -> list[int | None]:
+        cells: list[int | None] = []
+        for board in boards:
+            found = re.search(r"<move>\s*([1-9])", player([{"role": "user", "content": _prompt_obs(board, mark)}]))
+            cells.append(int(found.group(1)) if found else None)
+        return cells
+
+    return policy
+
+
 def _prompt(tok, board: str, mark: str) -> str:
     """The recipe's prompt for `board`, up to the digit of the move."""
     text = tok.apply_chat_template([{"role": "user", "content": _prompt_obs(board, mark)}], tokenize=False,
@@ -96,12 +113,31 @@ def _prompt(tok, board: str, mark: str) -> str:
 
 
 def main(argv: Sequence[str]) -> None:
+    usage = ("usage: python -m ludic_core.envs.tic_tac_toe.exact MODEL_DIR ...\n"
+             "       python -m ludic_core.envs.tic_tac_toe.exact --heuristic '{KWARGS as JSON}' | --minimax")
     if not argv:
-        raise SystemExit("usage: python -m ludic_core.envs.tic_tac_toe.exact MODEL_DIR ...")
-    for model_dir in argv:
-        policy = model_board_policy(model_dir)
+        raise SystemExit(usage)
+    if argv[0].startswith("--"):
+        from ludic_core.envs.tic_tac_toe.players import heuristic_teacher, minimax_teacher
+
+        if argv[0] not in ("--heuristic", "--minimax") or len(argv) > 2 or (argv[0] == "--minimax" and len(argv) > 1):
+            raise SystemExit(usage)
+        try:
+            kwargs = json.loads(argv[1]) if len(argv) > 1 else {}
+        except ValueError as e:
+            raise SystemExit(f"--heuristic takes its keyword arguments as a JSON object: {e}") from None
+        if not isinstance(kwargs, dict):
+            raise SystemExit(f"--heuristic takes a JSON object, got {type(kwargs).__name__}")
+        try:
+            player = heuristic_teacher(**kwargs) if argv[0] == "--heuristic" else minimax_teacher()
+        except (TypeError, ValueError) as e:
+            raise SystemExit(f"{argv[0]} {argv[1] if len(argv) > 1 else ''}: {e}") from None
+        rows = [(f"{argv[0][2:]} {json.dumps(kwargs, sort_keys=True)}", chat_board_policy(player))]
+    else:
+        rows = [(model_dir, model_board_policy(model_dir)) for model_dir in argv]
+    for name, policy in rows:
         x, o = exact_win_draw(policy, "X"), exact_win_draw(policy, "O")
-        print(f"{model_dir}: exact win+draw vs the random opponent: X {x:.4f}, O {o:.4f}, mean {(x + o) / 2:.4f}")
+        print(f"{name}: exact win+draw vs the random opponent: X {x:.4f}, O {o:.4f}, mean {(x + o) / 2:.4f}")
 
 
 if __name__ == "__main__":
