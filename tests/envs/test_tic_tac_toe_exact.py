@@ -75,7 +75,22 @@ def test_the_command_scores_a_scripted_teacher_as_the_function_does(capsys):
     (["--heuristic", "{"], "JSON object"),
     (["--minimax", "{}"], "usage"),
     (["--random"], "usage"),
+    ([], "usage"),
+    (["--minimax", "--heuristic", "{}"], "not allowed with"),
+    (["some/model", "--minimax"], "not both"),
 ])
 def test_the_command_names_what_is_wrong_with_a_teacher(argv, match):
     with pytest.raises(SystemExit, match=match):
         main(argv)
+
+
+@pytest.mark.parametrize("reply, cell", [
+    ("<move>2</move>", 2),
+    ("<move>1</move> no, <move> 3 </move>", 3),  # the last tag, stripped, as the recipe's parser reads it
+    ("<move>5</move>", None),  # taken
+    ("<move>12</move>", None),  # not one cell
+    ("move 2", None),  # no tag
+])
+def test_a_scripted_reply_is_read_as_the_game_reads_it(reply, cell):
+    policy = chat_board_policy(lambda messages: reply)
+    assert policy(["....X...."], "O") == [cell]

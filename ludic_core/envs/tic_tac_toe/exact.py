@@ -16,19 +16,24 @@ board only), the move read as the most likely cell digit after "<move>"; with `-
 
 from __future__ import annotations
 
+import argparse
 import json
-import re
 import sys
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
-from ludic_core.envs.tic_tac_toe.env import _prompt_obs
+from ludic_core.envs.tic_tac_toe.env import _parse_action, _prompt_obs
+from ludic_core.envs.tic_tac_toe.players import heuristic_teacher, minimax_teacher
 from ludic_core.envs.tic_tac_toe.rules import _check_mark, _other, _place, _winner, legal_moves
+from ludic_core.parsers import xml_tag_parser
 
 __all__ = ["BoardPolicy", "exact_win_draw", "model_board_policy", "chat_board_policy"]
 
 #: The cells (1-9) a deterministic policy plays, as `mark`, on each board; None for a reply
 #: that names no cell. A missing or occupied cell loses the game, as in the env.
 BoardPolicy = Callable[[Sequence[str], str], Sequence["int | None"]]
+
+#: The recipe's reader of a reply (the last `<move>...</move>`); the env then reads the cell.
+_READ_MOVE = xml_tag_parser("move")
 
 
 def exact_win_draw(policy: BoardPolicy, mark: str) -> float:
@@ -94,12 +99,14 @@ def model_board_policy(model_dir: str) -> BoardPolicy:
 
 def chat_board_policy(player: Callable[[list[dict[str, Any]]], str]) -> BoardPolicy:
     """A scripted chat player's cell on each board, asked with the recipe's prompt and no
-    temperature (a teacher's greedy move); None where its reply names no cell."""
+    temperature (a teacher's greedy move), its reply read as the game reads it (the recipe's
+    `xml_tag` parser, then the env's cell check); None where the game would not take it."""
     def policy(boards: Sequence[str], mark: str) -> list[int | None]:
         cells: list[int | None] = []
         for board in boards:
-            found = re.search(r"<move>\s*([1-9])", player([{"role": "user", "content": _prompt_obs(board, mark)}]))
-            cells.append(int(found.group(1)) if found else None)
+            action = _READ_MOVE(player([{"role": "user", "content": _prompt_obs(board, mark)}])).action
+            index = None if action is None else _parse_action(action, board)[0]
+            cells.append(None if index is None else index + 1)
         return cells
 
     return policy
@@ -112,29 +119,38 @@ def _prompt(tok, board: str, mark: str) -> str:
     return str(text) + "<move>"
 
 
-def main(argv: Sequence[str]) -> None:
-    usage = ("usage: python -m ludic_core.envs.tic_tac_toe.exact MODEL_DIR ...\n"
-             "       python -m ludic_core.envs.tic_tac_toe.exact --heuristic '{KWARGS as JSON}' | --minimax")
-    if not argv:
-        raise SystemExit(usage)
-    if argv[0].startswith("--"):
-        from ludic_core.envs.tic_tac_toe.players import heuristic_teacher, minimax_teacher
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise SystemExit(f"{self.format_usage()}{self.prog}: {message}")
 
-        if argv[0] not in ("--heuristic", "--minimax") or len(argv) > 2 or (argv[0] == "--minimax" and len(argv) > 1):
-            raise SystemExit(usage)
+
+def main(argv: Sequence[str]) -> None:
+    parser = _Parser(prog="python -m ludic_core.envs.tic_tac_toe.exact",
+                     description="Exact win+draw against the random opponent, as X and as O.")
+    parser.add_argument("models", nargs="*", metavar="MODEL_DIR", help="models trained on the recipe's prompt")
+    teacher = parser.add_mutually_exclusive_group()
+    teacher.add_argument("--heuristic", metavar="KWARGS", help="tic_tac_toe_heuristic's keyword arguments as JSON")
+    teacher.add_argument("--minimax", action="store_true", help="the minimax teacher")
+    args = parser.parse_args(list(argv))
+    scripted = args.heuristic is not None or args.minimax
+    if scripted == bool(args.models):
+        parser.error("give MODEL_DIRs, or one scripted teacher (--heuristic KWARGS or --minimax), not both")
+    if not scripted:
+        rows = [(model_dir, model_board_policy(model_dir)) for model_dir in args.models]
+    elif args.minimax:
+        rows = [("minimax {}", chat_board_policy(minimax_teacher()))]
+    else:
         try:
-            kwargs = json.loads(argv[1]) if len(argv) > 1 else {}
+            kwargs = json.loads(args.heuristic)
         except ValueError as e:
             raise SystemExit(f"--heuristic takes its keyword arguments as a JSON object: {e}") from None
         if not isinstance(kwargs, dict):
             raise SystemExit(f"--heuristic takes a JSON object, got {type(kwargs).__name__}")
         try:
-            player = heuristic_teacher(**kwargs) if argv[0] == "--heuristic" else minimax_teacher()
+            player = heuristic_teacher(**kwargs)
         except (TypeError, ValueError) as e:
-            raise SystemExit(f"{argv[0]} {argv[1] if len(argv) > 1 else ''}: {e}") from None
-        rows = [(f"{argv[0][2:]} {json.dumps(kwargs, sort_keys=True)}", chat_board_policy(player))]
-    else:
-        rows = [(model_dir, model_board_policy(model_dir)) for model_dir in argv]
+            raise SystemExit(f"--heuristic {args.heuristic}: {e}") from None
+        rows = [(f"heuristic {json.dumps(kwargs, sort_keys=True)}", chat_board_policy(player))]
     for name, policy in rows:
         x, o = exact_win_draw(policy, "X"), exact_win_draw(policy, "O")
         print(f"{name}: exact win+draw vs the random opponent: X {x:.4f}, O {o:.4f}, mean {(x + o) / 2:.4f}")
