@@ -132,7 +132,7 @@ def demo_stages(recipe_name: str, demo_dir: str, *, sft: bool, sft_steps: int | 
                + (f"-k{teacher_episodes}" if teacher_episodes else ""))
     extra = {"teacher_episodes": teacher_episodes} if teacher_episodes else {}
     cfg = DemoConfig(recipe=recipe_name, run_dir=run_dir, sft_steps=sft_steps, progress_bar=False, **extra)
-    model = str(build_tiny_model(f"{cfg.out}/models/{cfg.preset}", cfg.preset, seed=cfg.seed))
+    model = str(build_tiny_model(cfg.model_dir, cfg.preset, seed=cfg.seed))
     recipe = get_recipe(recipe_name)
     return teacher_to_sft(cfg, recipe, model) if sft else (teacher_data(cfg, recipe, model), None)
 

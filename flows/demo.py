@@ -16,7 +16,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from prefect import flow
 from pydantic import Field
@@ -34,6 +34,10 @@ from ludic_core.recipes.recipe import RECIPES, Recipe, get_recipe
 from tasks.artifacts import lineage_artifact, table_artifact
 from tasks.evaluation import evaluate_policy
 from tasks.models import build_model
+
+
+#: the stages' outputs in a run dir (`DemoConfig.stage_dir`): reused when they exist
+StageDir = Literal["models", "rejection", "sft", "rl"]
 
 
 class DemoConfig(FlowConfig):
@@ -59,12 +63,20 @@ class DemoConfig(FlowConfig):
     def out(self) -> str:
         return self.run_dir or f"runs/demo/{self.recipe}"
 
+    def stage_dir(self, stage: StageDir) -> str:
+        """Where `stage` writes in the run dir: reused when it exists."""
+        return f"{self.out}/{stage}"
+
+    @property
+    def model_dir(self) -> str:
+        """The tiny model the chain starts from (built once)."""
+        return f"{self.stage_dir('models')}/{self.preset}"
+
     def preflight(self) -> None:
         check_run_dir(self, get_recipe(self.recipe), record=False)
 
 
-#: the stages' outputs in a run dir (models/, rejection/, sft/, rl/): reused when they exist
-_STAGE_DIRS = ("models", "rejection", "sft", "rl")
+_STAGE_DIRS: tuple[StageDir, ...] = get_args(StageDir)
 #: what a stage's output does not depend on: where and how it runs and reports, the chain's links,
 #: and the paths the chain fills in
 _PLUMBING = (set(MultiNodeLaunchConfig.model_fields) | set(ChainStage.model_fields)
@@ -77,10 +89,9 @@ def stage_settings(cfg: DemoConfig, recipe: Recipe) -> dict[str, Any]:
     (so an override equal to the recipe's value is the same run), less the plumbing, and less the
     vLLM server's settings where the RL stage decodes in-process. The demo's own evaluations are
     redone each run and are not recorded (the RL stage's are off, its eval fields constant)."""
-    model = f"{cfg.out}/models/{cfg.preset}"
     rl = rl_stage(cfg, recipe, "<sft model>")
-    stages = {"rejection": (rejection_stage(cfg, recipe, model), _PLUMBING),
-              "sft": (sft_stage(cfg, recipe, model, "<dataset>"), _PLUMBING),
+    stages = {"rejection": (rejection_stage(cfg, recipe, cfg.model_dir), _PLUMBING),
+              "sft": (sft_stage(cfg, recipe, cfg.model_dir, "<dataset>"), _PLUMBING),
               "rl": (rl, _PLUMBING | ({"vllm"} if rl.inference == "local" else set()))}
     return {"model": {"recipe": cfg.recipe, "preset": cfg.preset, "seed": cfg.seed},
             **{name: stage.model_dump(mode="json", exclude=skip) for name, (stage, skip) in stages.items()}}
@@ -100,7 +111,7 @@ def check_run_dir(cfg: DemoConfig, recipe: Recipe, *, record: bool = True) -> No
     so a crash leaves them; a dir with no stage output yet has nothing to reuse."""
     out = Path(cfg.out)
     path, mine = out / SETTINGS_FILE, stage_settings(cfg, recipe)
-    if any((out / d).exists() for d in _STAGE_DIRS):
+    if any(Path(cfg.stage_dir(d)).exists() for d in _STAGE_DIRS):
         fix = f"delete {out}, or give another run_dir (`--out`)"
         unproven = f"so nothing shows the run dir's stage outputs match these settings: {fix}"
         if not path.exists():
@@ -153,7 +164,7 @@ def rejection_stage(cfg: DemoConfig, recipe: Recipe, model_path: str) -> Rejecti
         env=recipe.env, agent=recipe.agent, student_path=model_path,
         prompts=cfg.teacher_episodes or recipe.teacher_episodes,
         teacher=ScriptedPolicy(policy=recipe.teacher, kwargs=recipe.teacher_kwargs),
-        keep=recipe.keep, out_dir=f"{cfg.out}/rejection")
+        keep=recipe.keep, out_dir=cfg.stage_dir("rejection"))
 
 
 def teacher_data(cfg: DemoConfig, recipe: Recipe, model_path: str) -> str:
@@ -166,7 +177,7 @@ def sft_stage(cfg: DemoConfig, recipe: Recipe, model_path: str, dataset: str) ->
     """SFT of `model_path` on `dataset` at the recipe's steps and batch size (the demo may override the steps)."""
     steps = cfg.sft_steps or recipe.sft_steps
     return SupervisedFinetuneConfig(
-        model_path=model_path, dataset_path=dataset, out_dir=f"{cfg.out}/sft", steps=steps,
+        model_path=model_path, dataset_path=dataset, out_dir=cfg.stage_dir("sft"), steps=steps,
         batch_size=recipe.sft_batch_size, steps_per_stage=max(steps // 4, 1), launcher=cfg.launcher,
         progress_bar=cfg.progress_bar, trainer=sft_trainer(cfg, recipe, steps))
 
@@ -202,7 +213,7 @@ def rl_stage(cfg: DemoConfig, recipe: Recipe, sft_model: str) -> RLTrainConfig:
         algorithm = algorithm.model_copy(update={"group_size": cfg.group_size})
     steps = cfg.rl_steps or recipe.rl_steps
     return RLTrainConfig(
-        model_path=sft_model, out_dir=f"{cfg.out}/rl", env=recipe.rl_env, agent=rl_agent(recipe),
+        model_path=sft_model, out_dir=cfg.stage_dir("rl"), env=recipe.rl_env, agent=rl_agent(recipe),
         algorithm=algorithm, steps=steps, requests_per_step=recipe.rl_requests_per_step, branch=recipe.rl_branch,
         trainer=rl_trainer(cfg, recipe),
         steps_per_stage=max(steps // 2, 1), eval_episodes=0, launcher=cfg.launcher,
@@ -211,9 +222,9 @@ def rl_stage(cfg: DemoConfig, recipe: Recipe, sft_model: str) -> RLTrainConfig:
 
 @flow(name="demo")
 def demo(cfg: DemoConfig) -> dict:
-    recipe, run = get_recipe(cfg.recipe), cfg.out
+    recipe = get_recipe(cfg.recipe)
     check_run_dir(cfg, recipe)
-    model_path = build_model(f"{run}/models/{cfg.preset}", cfg.preset, cfg.seed)
+    model_path = build_model(cfg.model_dir, cfg.preset, cfg.seed)
     t = time.perf_counter()
     rows = [_row("teacher", recipe, _evaluate_teacher(recipe, cfg), time.perf_counter() - t)]
     t = time.perf_counter()
