@@ -69,12 +69,23 @@ def _print_table(rows: list[dict], title: str) -> None:
     Console().print(table)
 
 
+def _json_object(text: str) -> dict[str, Any]:
+    """A flag's JSON object (argparse names the flag and prints this message on failure)."""
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"not JSON ({e}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"a JSON object is needed, got {type(value).__name__}: {text!r}")
+    return value
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from flows.demo import DemoConfig, demo
 
     overrides = {k: v for k, v in {"recipe": args.recipe, "run_dir": args.out, "sft_steps": args.sft_steps,
                                    "rl_steps": args.rl_steps, "teacher_episodes": args.teacher_episodes,
-                                   "eval_episodes": args.eval_episodes}.items()
+                                   "eval_episodes": args.eval_episodes, "teacher_kwargs": args.teacher_kwargs}.items()
                  if v is not None}
     cfg = validated(DemoConfig, overrides, "ludic demo")
     cfg.preflight()  # a run dir made with other settings, before the Prefect API starts
@@ -252,6 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--sft-steps", type=int)
     demo.add_argument("--rl-steps", type=int)
     demo.add_argument("--teacher-episodes", type=int)
+    demo.add_argument("--teacher-kwargs", type=_json_object, metavar="JSON",
+                      help="the teacher's keyword arguments over the recipe's, e.g. '{\"fallback\": \"centre\"}'")
     demo.add_argument("--eval-episodes", type=int)
     demo.set_defaults(func=_cmd_demo)
     run = sub.add_parser("run", help="run a flow with a YAML/JSON config file")

@@ -28,7 +28,7 @@ from flows.rl_train import RLTrainConfig, rl_train
 from flows.sft import SupervisedFinetuneConfig, sft
 from ludic_core.bounds import MAX_EPISODES, MAX_GROUP, MAX_SEED, MAX_STEPS, bounded
 from ludic_core.compose.configs import AgentConfig
-from ludic_core.compose.policy import ModelPolicy, ScriptedPolicy
+from ludic_core.compose.policy import ModelPolicy, ScriptedPolicy, check_policy
 from ludic_core.config import RL_TRAINER, SFT_TRAINER, TrainerConfig
 from ludic_core.recipes.recipe import RECIPES, Recipe, get_recipe
 from tasks.artifacts import lineage_artifact, table_artifact
@@ -45,6 +45,9 @@ class DemoConfig(FlowConfig):
     run_dir: str | None = Field(None, description="everything the chain writes goes here (None = runs/demo/RECIPE)")
     preset: Literal["tiny-1m", "tiny-10m"] = "tiny-1m"
     seed: int = bounded(0, ge=0, le=MAX_SEED, description="seed of the tiny model and the trainers")
+    teacher_kwargs: dict[str, Any] | None = Field(
+        None, description="keyword arguments of the recipe's teacher, merged over the recipe's own (None = the "
+                          "recipe's), e.g. {\"fallback\": \"centre\"} for tic-tac-toe")
     teacher_episodes: int | None = bounded(None, ge=1, le=MAX_EPISODES,
                                            description="episodes the teacher plays for rejection sampling "
                                                        "(None = the recipe's)")
@@ -73,7 +76,9 @@ class DemoConfig(FlowConfig):
         return f"{self.stage_dir('models')}/{self.preset}"
 
     def preflight(self) -> None:
-        check_run_dir(self, get_recipe(self.recipe), record=False)
+        recipe = get_recipe(self.recipe)
+        check_policy(teacher(self, recipe))  # a mistyped teacher keyword, before any stage runs
+        check_run_dir(self, recipe, record=False)
 
 
 _STAGE_DIRS: tuple[StageDir, ...] = get_args(StageDir)
@@ -152,10 +157,15 @@ def _eval_seeds(recipe: Recipe, cfg: DemoConfig) -> list[int]:
     return list(range(recipe.eval_seed, recipe.eval_seed + (cfg.eval_episodes or recipe.eval_episodes)))
 
 
+def teacher(cfg: DemoConfig, recipe: Recipe) -> ScriptedPolicy:
+    """The recipe's teacher, with the demo's `teacher_kwargs` over the recipe's: what rejection
+    sampling plays and the teacher's row scores (so the run-dir check covers them)."""
+    return ScriptedPolicy(policy=recipe.teacher, kwargs={**recipe.teacher_kwargs, **(cfg.teacher_kwargs or {})})
+
+
 def _evaluate_teacher(recipe: Recipe, cfg: DemoConfig) -> dict[str, float]:
     """The teacher's own play on the same episodes: the row a student has to pass."""
-    return evaluate_policy(ScriptedPolicy(policy=recipe.teacher, kwargs=recipe.teacher_kwargs), recipe.eval_env,
-                           recipe.agent, seeds=_eval_seeds(recipe, cfg))
+    return evaluate_policy(teacher(cfg, recipe), recipe.eval_env, recipe.agent, seeds=_eval_seeds(recipe, cfg))
 
 
 def rejection_stage(cfg: DemoConfig, recipe: Recipe, model_path: str) -> RejectionSamplingConfig:
@@ -163,8 +173,7 @@ def rejection_stage(cfg: DemoConfig, recipe: Recipe, model_path: str) -> Rejecti
     return RejectionSamplingConfig(
         env=recipe.env, agent=recipe.agent, student_path=model_path,
         prompts=cfg.teacher_episodes or recipe.teacher_episodes,
-        teacher=ScriptedPolicy(policy=recipe.teacher, kwargs=recipe.teacher_kwargs),
-        keep=recipe.keep, out_dir=cfg.stage_dir("rejection"))
+        teacher=teacher(cfg, recipe), keep=recipe.keep, out_dir=cfg.stage_dir("rejection"))
 
 
 def teacher_data(cfg: DemoConfig, recipe: Recipe, model_path: str) -> str:
@@ -223,6 +232,7 @@ def rl_stage(cfg: DemoConfig, recipe: Recipe, sft_model: str) -> RLTrainConfig:
 @flow(name="demo")
 def demo(cfg: DemoConfig) -> dict:
     recipe = get_recipe(cfg.recipe)
+    check_policy(teacher(cfg, recipe))
     check_run_dir(cfg, recipe)
     model_path = build_model(cfg.model_dir, cfg.preset, cfg.seed)
     t = time.perf_counter()

@@ -174,6 +174,17 @@ def test_demo_recipe_choices(tmp_path):
     assert not (tmp_path / "prefect-home").exists() or not list((tmp_path / "prefect-home").rglob("*.db"))
 
 
+def test_demo_teacher_kwargs_are_checked_before_anything_starts(tmp_path, capsys):
+    for bad, why in (("[1]", "a JSON object is needed, got list"), ("{x", "not JSON")):
+        with pytest.raises(SystemExit):
+            _ludic_here("demo", "--teacher-kwargs", bad, capsys=capsys)
+        assert f"argument --teacher-kwargs: {why}" in capsys.readouterr().err
+    code, _, err = _ludic_here("demo", "--out", str(tmp_path / "run"), "--teacher-kwargs", '{"fallbak": "centre"}',
+                               capsys=capsys)
+    assert code == 2 and "takes no parameter 'fallbak'" in err, err
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.slow
 def test_demo_chain_runs_end_to_end_through_prefect(tmp_path):
     res = _ludic("demo", "--out", str(tmp_path / "run"), "--sft-steps", "3", "--rl-steps", "1",

@@ -4,7 +4,7 @@ recipe's learning rate and RL env, and the teacher's replies fit the agent's tok
 import pytest
 
 from flows.demo import (SETTINGS_FILE, DemoConfig, check_run_dir, rejection_stage, rl_stage, rl_trainer, sft_stage,
-                        sft_trainer, stage_settings)
+                        sft_trainer, stage_settings, teacher)
 from ludic_core.envs.arithmetic import arithmetic_oracle, generate_arithmetic_problems
 from ludic_core.recipes.recipe import get_recipe
 
@@ -86,6 +86,9 @@ def test_the_teacher_data_and_sft_stages_take_the_recipes_episodes_and_batch_unl
     data = rejection_stage(DemoConfig(run_dir="r"), recipe, "m")
     assert data.prompts == 300 and data.teacher.kwargs == recipe.teacher_kwargs and data.keep == recipe.keep
     assert rejection_stage(DemoConfig(teacher_episodes=7), recipe, "m").prompts == 7
+    override = rejection_stage(DemoConfig(teacher_kwargs={"fallback": "centre", "notice": 0.3}), recipe, "m")
+    assert override.teacher.kwargs == {**recipe.teacher_kwargs, "fallback": "centre", "notice": 0.3}
+    assert teacher(DemoConfig(teacher_kwargs={"fallback": "centre"}), recipe).kwargs["fallback"] == "centre"
     sft = sft_stage(DemoConfig(run_dir="r"), recipe, "m", "r/rejection/dataset")
     assert (sft.batch_size, sft.steps, sft.steps_per_stage, sft.trainer.total_steps) == (96, 40, 10, 40)
     assert sft.dataset_path == "r/rejection/dataset" and sft.out_dir == "r/sft"
@@ -114,6 +117,9 @@ def test_a_run_dir_made_with_other_settings_is_refused_rather_than_reused(tmp_pa
     changed = rf"rejection\.teacher\.kwargs\.insight: 2\.0 then, 1\.0 now.*rl\.steps: {recipe.rl_steps} then, 99 now"
     with pytest.raises(ValueError, match=changed):
         check_run_dir(cfg, upgraded)
+    with pytest.raises(ValueError, match=r"rejection\.teacher\.kwargs\.fallback: 'edges' then, 'centre' now"):
+        DemoConfig(run_dir=str(run), seed=3, teacher_kwargs={"fallback": "centre"}).preflight()
+    check_run_dir(DemoConfig(run_dir=str(run), seed=3, teacher_kwargs=recipe.teacher_kwargs), recipe)  # = the recipe's
     with pytest.raises(ValueError, match=r"model\.seed: 3 then, 4 now"):
         DemoConfig(run_dir=str(run), seed=4).preflight()
     with pytest.raises(ValueError, match=r"rl\.trainer\.lr: .* then, 0\.001 now"):
