@@ -28,7 +28,7 @@ from flows.rl_train import RLTrainConfig, rl_train
 from flows.sft import SupervisedFinetuneConfig, sft
 from ludic_core.bounds import MAX_EPISODES, MAX_GROUP, MAX_SEED, MAX_STEPS, bounded
 from ludic_core.compose.configs import AgentConfig
-from ludic_core.compose.policy import ModelPolicy, ScriptedPolicy, check_policy
+from ludic_core.compose.policy import ModelPolicy, ScriptedPolicy, scripted_client
 from ludic_core.config import RL_TRAINER, SFT_TRAINER, TrainerConfig
 from ludic_core.recipes.recipe import RECIPES, Recipe, get_recipe
 from tasks.artifacts import lineage_artifact, table_artifact
@@ -77,7 +77,7 @@ class DemoConfig(FlowConfig):
 
     def preflight(self) -> None:
         recipe = get_recipe(self.recipe)
-        check_policy(teacher(self, recipe))  # a mistyped teacher keyword, before any stage runs
+        check_teacher(self, recipe)
         check_run_dir(self, recipe, record=False)
 
 
@@ -163,6 +163,16 @@ def teacher(cfg: DemoConfig, recipe: Recipe) -> ScriptedPolicy:
     return ScriptedPolicy(policy=recipe.teacher, kwargs={**recipe.teacher_kwargs, **(cfg.teacher_kwargs or {})})
 
 
+def check_teacher(cfg: DemoConfig, recipe: Recipe) -> None:
+    """Build the teacher once, before any stage runs: a mistyped keyword in `teacher_kwargs`, or a
+    value its factory refuses, fails here naming it rather than inside the first stage."""
+    spec = teacher(cfg, recipe)
+    try:
+        scripted_client(spec, None)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"the demo's teacher {spec.policy!r} with kwargs {spec.kwargs}: {e}") from None
+
+
 def _evaluate_teacher(recipe: Recipe, cfg: DemoConfig) -> dict[str, float]:
     """The teacher's own play on the same episodes: the row a student has to pass."""
     return evaluate_policy(teacher(cfg, recipe), recipe.eval_env, recipe.agent, seeds=_eval_seeds(recipe, cfg))
@@ -232,7 +242,7 @@ def rl_stage(cfg: DemoConfig, recipe: Recipe, sft_model: str) -> RLTrainConfig:
 @flow(name="demo")
 def demo(cfg: DemoConfig) -> dict:
     recipe = get_recipe(cfg.recipe)
-    check_policy(teacher(cfg, recipe))
+    check_teacher(cfg, recipe)
     check_run_dir(cfg, recipe)
     model_path = build_model(cfg.model_dir, cfg.preset, cfg.seed)
     t = time.perf_counter()

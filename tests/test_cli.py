@@ -182,6 +182,9 @@ def test_demo_teacher_kwargs_are_checked_before_anything_starts(tmp_path, capsys
     code, _, err = _ludic_here("demo", "--out", str(tmp_path / "run"), "--teacher-kwargs", '{"fallbak": "centre"}',
                                capsys=capsys)
     assert code == 2 and "takes no parameter 'fallbak'" in err, err
+    code, _, err = _ludic_here("demo", "--out", str(tmp_path / "run"), "--teacher-kwargs", '{"confidence": "sure"}',
+                               capsys=capsys)
+    assert code == 2 and "confidence must be a number, got 'sure'" in err, err  # the factory's own check
     assert not (tmp_path / "run").exists()
 
 

@@ -170,6 +170,10 @@ def test_a_confident_teacher_samples_like_a_model_and_plays_its_mode_greedily():
     assert len({reply(1.0) for _ in range(60)}) > 3
     with pytest.raises(ValueError, match="confidence"):
         heuristic_teacher(confidence=-1.0)
+    for name in ("confidence", "notice", "insight"):  # a config's string or flag: named, not a TypeError
+        for bad in ("2.5", True):
+            with pytest.raises(ValueError, match=f"{name} must be a number, got {bad!r}"):
+                heuristic_teacher(**{"confidence": 2.0, name: bad})
 
 
 def test_an_insightful_teacher_samples_the_sound_move_as_its_runner_up():

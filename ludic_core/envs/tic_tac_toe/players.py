@@ -120,6 +120,9 @@ def heuristic_teacher(seed: int = 0, fallback: Literal["edges", "centre", "rando
     heuristic's), yet its samples put real mass on the sound moves there, as a
     real teacher's pass@k exceeds its pass@1: its student meets the sound lines in its data, and
     RL has sound alternatives in its groups to sharpen into the greedy move."""
+    for name, value in (("confidence", confidence), ("notice", notice), ("insight", insight)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ValueError(f"{name} must be a number, got {value!r}")
     if fallback not in _FALLBACKS:
         raise ValueError(f"unknown fallback {fallback!r}; expected one of {sorted(_FALLBACKS)}")
     if confidence is not None and not confidence >= 0.0:
