@@ -32,9 +32,12 @@ vllm: $(VLLM_STAMP)
 # fixture on one worker (tests/conftest.py: the shared vLLM server, module-scoped stacks), and
 # --no-loadscope-reorder hands work out in the order conftest.py puts first (the longest groups).
 # One OpenMP thread per worker: two teams on two cores fight.
+# Bytecode is written even where the environment sets PYTHONDONTWRITEBYTECODE (this machine kind
+# does): every interpreter the suite starts (stages, ranks, servers, flows) compiled ludic_core,
+# flows and tasks again, about 1 s each (`make test` 647 s without, 619 s with, one run each).
 # --durations: the slowest tests in every CI log, to keep the default suite under 10 minutes.
 TEST_WORKERS ?= 2
-PYTEST := OMP_NUM_THREADS=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+PYTEST := PYTHONDONTWRITEBYTECODE= OMP_NUM_THREADS=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 test: preflight $(STAMP) $(VLLM_STAMP)
 	$(PYTEST) --durations=15
 

@@ -100,6 +100,16 @@ def tiny_model_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def prefect_db(tmp_path_factory):
+    """A Prefect SQLite database with every migration applied, made once per run and shared by
+    the xdist workers: `tests.prefect_db.seed_home(home, prefect_db)` before a server starts."""
+    from tests.prefect_db import migrated_db
+
+    base = tmp_path_factory.getbasetemp()
+    return migrated_db(base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base)
+
+
+@pytest.fixture(scope="session")
 def tiny_model_and_tokenizer(tiny_model_dir):
     from ludic_core.models import load_model_and_tokenizer
 

@@ -98,14 +98,14 @@ def runs_flows(script: str, seen: frozenset[str] = frozenset()) -> bool:
 
 
 @pytest.fixture(scope="module")
-def prefect_server(tmp_path_factory):
+def prefect_server(tmp_path_factory, prefect_db):
     """One Prefect API server for this worker's smokes that run flows; its URL."""
     from ludic_core.ports import free_port
     from tests.prefect_layer.stack import _stop, base_env, start_server
 
     tmp = tmp_path_factory.mktemp("smokes-prefect")
     api_url = f"http://127.0.0.1:{free_port()}/api"
-    server = start_server(api_url, base_env(api_url, tmp / "home"), tmp / "server.log", timeout_s=180)
+    server = start_server(api_url, base_env(api_url, tmp / "home", prefect_db), tmp / "server.log", timeout_s=180)
     try:
         yield api_url
     finally:

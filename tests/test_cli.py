@@ -251,12 +251,15 @@ def test_a_stop_signal_that_code_wrapped_still_ends_as_interrupted(monkeypatch, 
 
 
 @pytest.mark.slow
-def test_kill_stops_the_demo_and_the_temporary_prefect_server_it_started(tmp_path):
+def test_kill_stops_the_demo_and_the_temporary_prefect_server_it_started(tmp_path, prefect_db):
     """`kill PID` (SIGTERM, what a supervisor sends) unwinds like Ctrl-C: the temporary Prefect API
     server, a child process, stops with the command instead of running on."""
     import signal
     import time
 
+    from tests.prefect_db import seed_home
+
+    seed_home(tmp_path / "prefect-home", prefect_db)  # the demo chain's test migrates an empty one
     env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "demo", "--out", str(tmp_path / "run"),
                              "--teacher-episodes", "4096"], cwd=ROOT, env=env, stdout=subprocess.PIPE,

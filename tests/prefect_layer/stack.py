@@ -13,6 +13,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from tests.prefect_db import seed_home
+
 ROOT = Path(__file__).resolve().parents[2]
 _BIN = Path(sys.executable).parent / "prefect"
 PREFECT = [str(_BIN)] if _BIN.exists() else [sys.executable, "-m", "prefect"]
@@ -72,8 +74,12 @@ def start_server(api_url: str, env: dict, log: Path, timeout_s: float = 90) -> s
         time.sleep(0.5)
 
 
-def base_env(api_url: str, home: Path) -> dict:
-    """The CLI's environment: this API, a private PREFECT_HOME, a shell's PWD in the project root."""
+def base_env(api_url: str, home: Path, db: Path | None = None) -> dict:
+    """The CLI's environment: this API, a private PREFECT_HOME, a shell's PWD in the project root.
+    `db` (the `prefect_db` fixture) is copied into the home first, so that a SQLite server
+    started there skips the migrations (tests/prefect_db.py)."""
+    if db is not None:
+        seed_home(home, db)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env.update(PREFECT_HOME=str(home), PREFECT_API_URL=api_url,
                PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_SERVER_UI_ENABLED="false",

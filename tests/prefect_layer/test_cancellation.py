@@ -38,9 +38,9 @@ STAGE = STEPS // 2  # two checkpointed stages a run
 class Stack:
     """A server, the deployments, and a worker that can be killed and restarted."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, db: Path) -> None:
         self.tmp, self.api_url = tmp, f"http://127.0.0.1:{free_port()}/api"
-        self.env = base_env(self.api_url, tmp / "home")
+        self.env = base_env(self.api_url, tmp / "home", db)
         self.env["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"] = str(HEARTBEAT_S)
         self.server = start_server(self.api_url, self.env, tmp / "server.log")
         self.worker: subprocess.Popen | None = None
@@ -62,8 +62,8 @@ class Stack:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    s = Stack(tmp_path_factory.mktemp("prefect-cancel"))
+def stack(tmp_path_factory, prefect_db):
+    s = Stack(tmp_path_factory.mktemp("prefect-cancel"), prefect_db)
     try:
         _run([*PREFECT, "work-pool", "create", POOL, "--type", "process"], s.env, timeout=60)
         # the deployments of prefect.yaml, onto this pool

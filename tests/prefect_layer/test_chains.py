@@ -67,11 +67,11 @@ def small_chain_file(root: Path, out: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def chained(tmp_path_factory):
+def chained(tmp_path_factory, prefect_db):
     """A server with the small chain deployed, a worker; yields (client env, tmp dir, chains root)."""
     tmp = tmp_path_factory.mktemp("prefect-chain")
     api_url = f"http://127.0.0.1:{free_port()}/api"
-    env = base_env(api_url, tmp / "home")
+    env = base_env(api_url, tmp / "home", prefect_db)
     timings: dict[str, float] = {}
     procs: list[subprocess.Popen] = []
     try:

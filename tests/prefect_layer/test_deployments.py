@@ -38,14 +38,14 @@ USER_PACKAGES = "user-packages"  # under the `deployed` tmp dir; on the worker's
 
 
 @pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.heavy)])
-def deployed(request, tmp_path_factory):
+def deployed(request, tmp_path_factory, prefect_db):
     """A server with prefect.yaml deployed on it and a worker polling the pool,
     on SQLite (Prefect's default) and on a PostgreSQL server the fixture starts.
     Yields (api_url, logs dir, timings, the CLI's environment). The worker's
     environment adds `logs dir / USER_PACKAGES` to PYTHONPATH (nothing else does)."""
     tmp = tmp_path_factory.mktemp(f"prefect-deploy-{request.param}")
     api_url = f"http://127.0.0.1:{free_port()}/api"
-    env = base_env(api_url, tmp / "home")
+    env = base_env(api_url, tmp / "home", prefect_db if request.param == "sqlite" else None)
     auth = f"ludic:{secrets.token_urlsafe(16)}"  # Prefect's own basic auth: the server's, and every client's
     env.update(PREFECT_SERVER_API_AUTH_STRING=auth, PREFECT_API_AUTH_STRING=auth)
     timings: dict[str, float] = {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import threading
@@ -15,7 +16,7 @@ pytestmark = pytest.mark.slow
 FREEZE_S = 8.0  # past the 5 s read timeout Prefect's startup poll has of its own
 
 
-def _start_through_a_freeze(tmp_path) -> tuple[float | None, Exception | None]:
+def _start_through_a_freeze(tmp_path, db) -> tuple[float | None, Exception | None]:
     """Start a real embedded server and stop its process for FREEZE_S the moment it listens ->
     (seconds `start` took, or None where it had finished before the freeze; what it raised)."""
     from prefect.server.api.server import SubprocessASGIServer
@@ -26,6 +27,7 @@ def _start_through_a_freeze(tmp_path) -> tuple[float | None, Exception | None]:
 
     home = tmp_path / f"home-{time.monotonic_ns()}"
     home.mkdir()
+    shutil.copyfile(db, home / "p.db")  # migrated already (tests/prefect_db.py): the start is what is tested
     # its own home and database, not a harness's that this worker may be running
     isolated = {PREFECT_HOME: str(home), PREFECT_SERVER_DATABASE_CONNECTION_URL: f"sqlite+aiosqlite:///{home}/p.db"}
     server = SubprocessASGIServer(port=free_port())
@@ -66,10 +68,10 @@ def _listens(port: int) -> bool:
         return False
 
 
-def test_a_server_that_listens_before_it_answers_still_starts(tmp_path):
+def test_a_server_that_listens_before_it_answers_still_starts(tmp_path, prefect_db):
     """Without `patient_startup`, Prefect 3.8's `start` raises httpx.ReadTimeout here."""
     for _ in range(3):  # the freeze must land while `start` still polls; it nearly always does
-        seconds, error = _start_through_a_freeze(tmp_path)
+        seconds, error = _start_through_a_freeze(tmp_path, prefect_db)
         assert error is None, f"start failed: {type(error).__name__}: {error}"
         if seconds is not None and seconds >= FREEZE_S:
             return  # it waited through the freeze and started

@@ -164,7 +164,7 @@ def test_trainer_and_actor_as_separate_flows(prefect_api, format_tuned_model_dir
 
 
 @pytest.mark.heavy  # 31 s; .ci/run runs it (make test-heavy)
-def test_a_killed_flow_run_resumes_and_trains_every_item_once(format_tuned_model_dir, tmp_path):
+def test_a_killed_flow_run_resumes_and_trains_every_item_once(format_tuned_model_dir, tmp_path, prefect_db):
     """SIGKILL the whole `ludic run pipeline_rl` process once stage 1 is
     committed, run it again: the run's redis-server and its embedded Prefect API
     server end with it (and the re-run
@@ -178,6 +178,8 @@ def test_a_killed_flow_run_resumes_and_trains_every_item_once(format_tuned_model
 
     import yaml
 
+    from tests.prefect_db import seed_home
+
     from ludic_core.recipes.tic_tac_toe import RECIPE
 
     run = tmp_path / "run"
@@ -187,6 +189,7 @@ def test_a_killed_flow_run_resumes_and_trains_every_item_once(format_tuned_model
            "trainer": {"lr": 1e-4, "max_seq_len": 512, "max_lag": 2}, "eval_episodes": 0}
     (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg))
     root = Path(__file__).resolve().parents[2]
+    seed_home(tmp_path / "prefect-home", prefect_db)
     env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     cmd = [sys.executable, "-m", "flows.cli", "run", "pipeline_rl", "--config", str(tmp_path / "cfg.yaml")]
     first = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

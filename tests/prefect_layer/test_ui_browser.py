@@ -34,7 +34,7 @@ def _binary(*names: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def ui(tmp_path_factory):
+def ui(tmp_path_factory, prefect_db):
     """A server with its UI on, the evaluate deployment, and a browser."""
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
@@ -42,7 +42,7 @@ def ui(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("prefect-ui")
     api_url = f"http://127.0.0.1:{free_port()}/api"
-    env = base_env(api_url, tmp / "home")
+    env = base_env(api_url, tmp / "home", prefect_db)
     env["PREFECT_SERVER_UI_ENABLED"] = "true"
     server = start_server(api_url, env, tmp / "server.log")
     browser = None

@@ -60,11 +60,11 @@ def _two_stage_chain_file(root: Path, out: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
+def stack(tmp_path_factory, prefect_db):
     """A server (UI on), the two chain deployments, a worker; yields its env and the tmp dir."""
     tmp = tmp_path_factory.mktemp("prefect-retry")
     api_url = f"http://127.0.0.1:{free_port()}/api"
-    env = {**base_env(api_url, tmp / "home"), "PREFECT_SERVER_UI_ENABLED": "true"}
+    env = {**base_env(api_url, tmp / "home", prefect_db), "PREFECT_SERVER_UI_ENABLED": "true"}
     procs: list[subprocess.Popen] = []
     try:
         procs.append(start_server(api_url, env, tmp / "server.log"))

@@ -36,7 +36,10 @@ def test_the_evaluation_plays_other_entries_of_the_same_tasks():
 
 
 @pytest.mark.heavy  # 70-130 s; the tic-tac-toe chain test covers the same flow in `make test`
-def test_ludic_demo_runs_the_reasoning_gym_chain(tmp_path):
+def test_ludic_demo_runs_the_reasoning_gym_chain(tmp_path, prefect_db):
+    from tests.prefect_db import seed_home
+
+    seed_home(tmp_path / "prefect-home", prefect_db)  # the tic-tac-toe chain's test migrates an empty one
     env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
            "COLUMNS": "200"}  # rich would shorten the task columns' names to fit 80
     args = ["demo", "--recipe", "reasoning_gym", "--out", str(tmp_path / "run"), "--sft-steps", "3",
