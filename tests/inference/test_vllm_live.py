@@ -101,6 +101,7 @@ def test_the_cpu_workers_spin_window_is_ludics(vllm_server):
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # 40-50 s on a 2-core host, most of it its own server's start; .ci/run runs it
 def test_a_server_whose_owner_dies_ends_and_clients_get_a_clear_error(tiny_model_dir, tmp_path):
     """Its own server, started by a process that is then SIGKILLed (as a cancelled or
     crashed flow run dies): the server and its engine processes go too, instead of holding

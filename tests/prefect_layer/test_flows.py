@@ -105,6 +105,7 @@ def _stage_workers() -> list[int]:
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # 30-40 s on a 2-core host (two torchrun starts); .ci/run runs it
 def test_sigkilled_torchrun_stage_is_retried_and_resumes(prefect_api, tiny_model_dir, dataset, tmp_path):
     killed: list[int] = []
 
