@@ -103,10 +103,9 @@ def tiny_model_dir(tmp_path_factory):
 def prefect_db(tmp_path_factory):
     """A Prefect SQLite database with every migration applied, made once per run and shared by
     the xdist workers: `tests.prefect_db.seed_home(home, prefect_db)` before a server starts."""
-    from tests.prefect_db import migrated_db
+    from tests.prefect_db import DB_FILE, migrate
 
-    base = tmp_path_factory.getbasetemp()
-    return migrated_db(base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base)
+    return _built_once(tmp_path_factory, "prefect-migrated", migrate) / DB_FILE
 
 
 @pytest.fixture(scope="session")
