@@ -8,16 +8,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
 
-from tests.prefect_db import seed_home
+from tests.prefect_db import PREFECT, seed_home
 
 ROOT = Path(__file__).resolve().parents[2]
-_BIN = Path(sys.executable).parent / "prefect"
-PREFECT = [str(_BIN)] if _BIN.exists() else [sys.executable, "-m", "prefect"]
 
 
 def _tail(path: Path, n: int = 60) -> str:
