@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import threading
@@ -24,10 +23,10 @@ def _start_through_a_freeze(tmp_path, db) -> tuple[float | None, Exception | Non
 
     from flows.embedded_server import patient_startup
     from ludic_core.ports import free_port
+    from tests.prefect_db import seed_home
 
-    home = tmp_path / f"home-{time.monotonic_ns()}"
-    home.mkdir()
-    shutil.copyfile(db, home / "p.db")  # migrated already (tests/prefect_db.py): the start is what is tested
+    # migrated already (tests/prefect_db.py): the start is what is tested
+    home = seed_home(tmp_path / f"home-{time.monotonic_ns()}", db, "p.db")
     # its own home and database, not a harness's that this worker may be running
     isolated = {PREFECT_HOME: str(home), PREFECT_SERVER_DATABASE_CONNECTION_URL: f"sqlite+aiosqlite:///{home}/p.db"}
     server = SubprocessASGIServer(port=free_port())

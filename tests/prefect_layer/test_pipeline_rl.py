@@ -178,9 +178,8 @@ def test_a_killed_flow_run_resumes_and_trains_every_item_once(format_tuned_model
 
     import yaml
 
-    from tests.prefect_db import seed_home
-
     from ludic_core.recipes.tic_tac_toe import RECIPE
+    from tests.prefect_db import seed_home
 
     run = tmp_path / "run"
     cfg = {"model_path": str(format_tuned_model_dir), "out_dir": str(run), "env": RECIPE.env.model_dump(),
