@@ -41,12 +41,16 @@ game ended there does not pull the others' quiet moves down. A malformed reply
 so no reply dodges the cost of a move that gives value away. A won game's win
 that comes later costs too (`win_speed` 0.5: -0.2 a move of delay): regret
 alone counts value, and RL drifted off immediate wins onto forks. 150 steps of
-16 prompts x 8 at lr 1.5e-4: at 4e-4 RL broke the O play of good starts (a
+64 prompts x 2 at lr 1.5e-4: at 4e-4 RL broke the O play of good starts (a
 minimax student's O fell from 0.95 to 0.86), at 1.5e-4 it improved both seats
-from every start tried. The runs that chose this, and the ones that did not
-work (whole-game outcomes, one-move episodes from random boards):
-docs/experiments/2026-11-30-rl-per-move.md and
-docs/experiments/2026-11-30-a-gentler-rl-step.md.
+from every start tried. Pairs, not groups of 8, for the same 128 games a step:
+from the same three SFT students RL ended 0.013-0.025 higher than at 16 x 8
+(the student's mistakes sit on rare boards, and games from 64 env seeds a step
+reach more of them than from 16: our reading, not measured;
+docs/experiments/2026-12-07-pairs-not-groups.md). The
+runs that chose the rest, and the ones that did not work (whole-game outcomes,
+one-move episodes from random boards): docs/experiments/2026-11-30-rl-per-move.md
+and docs/experiments/2026-11-30-a-gentler-rl-step.md.
 RL's env only: the teacher's data and the evaluations play whole games and
 score outcomes.
 
@@ -105,8 +109,8 @@ RECIPE = Recipe(
     rl_temperature=1.0,
     rl_lr=1.5e-4,
     rl_steps=150,
-    rl_requests_per_step=16,
-    rl_algorithm=GRPOConfig(group_size=8, credit="turn", gamma=0.0),
+    rl_requests_per_step=64,
+    rl_algorithm=GRPOConfig(group_size=2, credit="turn", gamma=0.0),
     rl_env_kwargs={"move_shaping": 0.4, "outcome_weight": 0.0, "win_speed": 0.5},
     eval_seed=100_000,
     table={"X legal": "X/legal_move_rate", "X win+draw": "X/win_draw_rate",
