@@ -81,17 +81,17 @@ def headline(recipe_name: str, m: dict[str, float]) -> float:
     return m["success_rate"]
 
 
-def parse_env_kwargs(items: list[str], error) -> dict:
-    """`--env-kwarg KEY=JSON` items as a dict; `error(message)` (argparse's) on a bad one."""
+def parse_env_kwargs(items: list[str], error, flag: str = "--env-kwarg") -> dict:
+    """`FLAG KEY=JSON` items as a dict; `error(message)` (argparse's) on a bad one."""
     out = {}
     for kv in items:
         key, sep, value = kv.partition("=")
         if not sep or not key:
-            error(f"--env-kwarg {kv!r}: expected KEY=JSON")
+            error(f"{flag} {kv!r}: expected KEY=JSON")
         try:
             out[key] = json.loads(value)
         except json.JSONDecodeError as e:
-            error(f"--env-kwarg {kv!r}: the value must be JSON ({e})")
+            error(f"{flag} {kv!r}: the value must be JSON ({e})")
     return out
 
 
