@@ -10,7 +10,8 @@ the `rl_train` flow) with the recipe's RL settings overridden:
   `rl_temperature`, `rl_branch`);
 - `--algorithm KEY=JSON`: a field of its algorithm (`group_size`, `credit`, `gamma`, `mini_batches`,
   `epochs`, ...);
-- `--env-kwarg KEY=JSON`: a kwarg of its env (on top of the recipe's `rl_env_kwargs`).
+- `--env-kwarg KEY=JSON`: a kwarg of its env (on top of the recipe's `rl_env_kwargs`);
+- `--trainer KEY=JSON`: a field of its `TrainerConfig` (`schedule`, `warmup_steps`, `betas`, ...).
 
 The students before and after RL, and the teacher, are scored exactly: expected win+draw against
 the random opponent with every opponent move enumerated (`ludic_core.envs.tic_tac_toe.exact`), as
@@ -18,7 +19,7 @@ X / O / their mean, the measure the experiments pages report. The demo's 400 gam
 about +-0.03; the exact score has no sampling noise (a run's own noise, ~0.02, remains).
 
     .venv/bin/python benchmarks/demo_rl.py [--seeds 0 1 2] [--set KEY=JSON ...]
-        [--algorithm KEY=JSON ...] [--env-kwarg KEY=JSON ...]
+        [--algorithm KEY=JSON ...] [--env-kwarg KEY=JSON ...] [--trainer KEY=JSON ...]
         [--students runs/demo-rl/students] [--out runs/demo-rl/NAME]
     .venv/bin/python benchmarks/demo_rl.py --smoke   # CI: every stage once, at toy sizes
 
@@ -97,13 +98,27 @@ def student(seed: int, students: str, smoke: bool) -> str:
     return teacher_to_sft(cfg, get_recipe(RECIPE), model)[1]
 
 
-def run_rl(seed: int, recipe, sft_model: str, out: Path) -> tuple[str, float]:
-    """The demo's RL stage from `sft_model` into out/seedS: (the model after RL, seconds)."""
+def rl_stage_for(seed: int, recipe, sft_model: str, out: Path, trainer: dict):
+    """The demo's RL stage from `sft_model` into out/seedS, its trainer's fields `trainer` changed (validated)."""
     from flows.demo import DemoConfig, rl_stage
-    from flows.rl_train import rl_train
+    from flows.rl_train import RLTrainConfig
 
     cfg = DemoConfig(recipe=RECIPE, run_dir=str(out / f"seed{seed}"), seed=seed, progress_bar=False)
     stage = rl_stage(cfg, recipe, sft_model)
+    if not trainer:
+        return cfg, stage
+    try:
+        return cfg, RLTrainConfig.model_validate({**stage.model_dump(),
+                                                  "trainer": {**stage.trainer.model_dump(), **trainer}})
+    except ValueError as e:
+        raise SystemExit(f"the trainer settings given: {e}") from None
+
+
+def run_rl(seed: int, recipe, sft_model: str, out: Path, trainer: dict) -> tuple[str, float]:
+    """The demo's RL stage from `sft_model` into out/seedS: (the model after RL, seconds)."""
+    from flows.rl_train import rl_train
+
+    cfg, stage = rl_stage_for(seed, recipe, sft_model, out, trainer)
     settings = Path(cfg.out) / "rl-settings.json"
     wanted = stage.model_dump(mode="json")
     if settings.exists() and json.loads(settings.read_text()) != wanted:
@@ -126,6 +141,8 @@ def main() -> None:
     ap.add_argument("--algorithm", action="append", default=[], metavar="KEY=JSON",
                     help="a field of the recipe's RL algorithm (GRPOConfig)")
     ap.add_argument("--env-kwarg", action="append", default=[], metavar="KEY=JSON", help="a kwarg of RL's env")
+    ap.add_argument("--trainer", action="append", default=[], metavar="KEY=JSON",
+                    help="a field of the RL stage's TrainerConfig")
     ap.add_argument("--students", default="runs/demo-rl/students", help="where the SFT students are made, per seed")
     ap.add_argument("--out", default="runs/demo-rl/run", help="the RL runs, per seed, and results.json")
     ap.add_argument("--smoke", action="store_true", help="CI: toy sizes in a temporary directory; measures nothing")
@@ -138,20 +155,23 @@ def main() -> None:
     sets = {**parse_env_kwargs(args.set, ap.error, "--set"), **(SMOKE_RL if args.smoke else {})}
     recipe = variant(get_recipe(RECIPE), sets, parse_env_kwargs(args.algorithm, ap.error, "--algorithm"),
                      parse_env_kwargs(args.env_kwarg, ap.error))
+    trainer = parse_env_kwargs(args.trainer, ap.error, "--trainer")
+    rl_stage_for(args.seeds[0], recipe, "<student>", Path("<out>"), trainer)  # a bad field fails before any stage
     with tempfile.TemporaryDirectory(prefix="ludic-demo-rl-smoke-") as tmp:
         students, out = (f"{tmp}/students", Path(tmp) / "out") if args.smoke else (args.students, Path(args.out))
         teacher = teacher_exact(recipe)
         rows = []
         for seed in args.seeds:
             sft_model = student(seed, students, args.smoke)
-            rl_model, seconds = run_rl(seed, recipe, sft_model, out)
+            rl_model, seconds = run_rl(seed, recipe, sft_model, out, trainer)
             rows.append({"seed": seed, "sft": exact(model_board_policy(sft_model)),
                          "rl": exact(model_board_policy(rl_model)), "rl_seconds": seconds, "rl_model": rl_model})
-        report(rows, teacher, recipe, out, sets)
+        report(rows, teacher, recipe, out, {**sets, **{f"trainer.{k}": v for k, v in trainer.items()}})
 
 
 def report(rows: list[dict], teacher: dict, recipe, out: Path, sets: dict) -> None:
-    print(f"\nRL: {recipe.rl_requests_per_step} prompts x {recipe.rl_algorithm.group_size}, {recipe.rl_steps} steps, "
+    print(f"\noverrides: {sets or 'none'}")
+    print(f"RL: {recipe.rl_requests_per_step} prompts x {recipe.rl_algorithm.group_size}, {recipe.rl_steps} steps, "
           f"lr {recipe.rl_lr}, T {recipe.rl_temperature}; algorithm {recipe.rl_algorithm.model_dump(exclude_defaults=True)}"
           f"; env {recipe.rl_env_kwargs}")
     print("exact win+draw vs the random opponent, X / O / mean")
