@@ -8,8 +8,8 @@ the `rl_train` flow) with the recipe's RL settings overridden:
 
 - `--set KEY=JSON`: a recipe field of the RL stage (`rl_steps`, `rl_lr`, `rl_requests_per_step`,
   `rl_temperature`, `rl_branch`);
-- `--algorithm KEY=JSON`: a field of its algorithm (`group_size`, `credit`, `gamma`, `mini_batches`,
-  `epochs`, ...);
+- `--algorithm KEY=JSON`: a field of its `GRPOConfig` (`group_size`, `credit`, `normalize_std`,
+  `reuse` as `{"mini_batches": 2, "epochs": 1}`, ...);
 - `--env-kwarg KEY=JSON`: a kwarg of its env (on top of the recipe's `rl_env_kwargs`);
 - `--trainer KEY=JSON`: a field of its `TrainerConfig` (`schedule`, `warmup_steps`, `betas`, ...).
 
@@ -38,6 +38,7 @@ from ludic_core import openmp
 openmp.configure()  # first: OpenMP's spin-wait, set before torch loads (ludic_core/openmp.py)
 
 import argparse
+import contextlib
 import json
 import statistics
 import tempfile
@@ -157,8 +158,9 @@ def main() -> None:
                      parse_env_kwargs(args.env_kwarg, ap.error))
     trainer = parse_env_kwargs(args.trainer, ap.error, "--trainer")
     rl_stage_for(args.seeds[0], recipe, "<student>", Path("<out>"), trainer)  # a bad field fails before any stage
-    with tempfile.TemporaryDirectory(prefix="ludic-demo-rl-smoke-") as tmp:
-        students, out = (f"{tmp}/students", Path(tmp) / "out") if args.smoke else (args.students, Path(args.out))
+    # a smoke never writes into (or reuses the students of) a real run's directories
+    with tempfile.TemporaryDirectory(prefix="ludic-demo-rl-smoke-") if args.smoke else contextlib.nullcontext() as tmp:
+        students, out = (f"{tmp}/students", Path(tmp) / "out") if tmp else (args.students, Path(args.out))
         teacher = teacher_exact(recipe)
         rows = []
         for seed in args.seeds:
