@@ -8,8 +8,9 @@ the `rl_train` flow) with the recipe's RL settings overridden:
 
 - `--set KEY=JSON`: a recipe field of the RL stage (`rl_steps`, `rl_lr`, `rl_requests_per_step`,
   `rl_temperature`, `rl_branch`);
-- `--algorithm KEY=JSON`: a field of its `GRPOConfig` (`group_size`, `credit`, `normalize_std`,
-  `reuse` as `{"mini_batches": 2, "epochs": 1}`, ...);
+- `--algorithm KEY=JSON`: a field of its algorithm's config (GRPO's `group_size`, `credit`,
+  `normalize_std`, `reuse` as `{"mini_batches": 2, "epochs": 1}`, ...); with `type` another
+  algorithm, from its defaults (`--algorithm type='"cispo"' --algorithm group_size=2`);
 - `--env-kwarg KEY=JSON`: a kwarg of its env (on top of the recipe's `rl_env_kwargs`);
 - `--trainer KEY=JSON`: a field of its `TrainerConfig` (`schedule`, `warmup_steps`, `betas`, ...).
 
@@ -63,7 +64,8 @@ def variant(recipe, sets: dict, algorithm: dict, env_kwargs: dict):
                          f"({', '.join(RL_FIELDS)}); the students are made at the recipe's settings")
     data = recipe.model_dump()
     data.update(sets)
-    data["rl_algorithm"] = {**data["rl_algorithm"], **algorithm}
+    # another algorithm's config starts from its own defaults, not from fields it may not have
+    data["rl_algorithm"] = algorithm if "type" in algorithm else {**data["rl_algorithm"], **algorithm}
     data["rl_env_kwargs"] = {**data["rl_env_kwargs"], **env_kwargs}
     try:
         return Recipe.model_validate(data)
@@ -140,7 +142,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0], help="the students' seeds (default 0)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=JSON", help=f"one of {', '.join(RL_FIELDS)}")
     ap.add_argument("--algorithm", action="append", default=[], metavar="KEY=JSON",
-                    help="a field of the recipe's RL algorithm (GRPOConfig)")
+                    help="a field of the recipe's RL algorithm; type=JSON starts another from its defaults")
     ap.add_argument("--env-kwarg", action="append", default=[], metavar="KEY=JSON", help="a kwarg of RL's env")
     ap.add_argument("--trainer", action="append", default=[], metavar="KEY=JSON",
                     help="a field of the RL stage's TrainerConfig")
@@ -154,8 +156,9 @@ def main() -> None:
     from ludic_core.recipes.recipe import get_recipe
 
     sets = {**parse_env_kwargs(args.set, ap.error, "--set"), **(SMOKE_RL if args.smoke else {})}
-    recipe = variant(get_recipe(RECIPE), sets, parse_env_kwargs(args.algorithm, ap.error, "--algorithm"),
-                     parse_env_kwargs(args.env_kwarg, ap.error))
+    algorithm = parse_env_kwargs(args.algorithm, ap.error, "--algorithm")
+    env_kwargs = parse_env_kwargs(args.env_kwarg, ap.error)
+    recipe = variant(get_recipe(RECIPE), sets, algorithm, env_kwargs)
     trainer = parse_env_kwargs(args.trainer, ap.error, "--trainer")
     rl_stage_for(args.seeds[0], recipe, "<student>", Path("<out>"), trainer)  # a bad field fails before any stage
     # a smoke never writes into (or reuses the students of) a real run's directories
@@ -168,13 +171,16 @@ def main() -> None:
             rl_model, seconds = run_rl(seed, recipe, sft_model, out, trainer)
             rows.append({"seed": seed, "sft": exact(model_board_policy(sft_model)),
                          "rl": exact(model_board_policy(rl_model)), "rl_seconds": seconds, "rl_model": rl_model})
-        report(rows, teacher, recipe, out, {**sets, **{f"trainer.{k}": v for k, v in trainer.items()}})
+        overrides = {**sets, **{f"{part}.{k}": v for part, given in (("algorithm", algorithm), ("env", env_kwargs),
+                                                                     ("trainer", trainer)) for k, v in given.items()}}
+        report(rows, teacher, recipe, out, overrides)
 
 
 def report(rows: list[dict], teacher: dict, recipe, out: Path, sets: dict) -> None:
     print(f"\noverrides: {sets or 'none'}")
-    print(f"RL: {recipe.rl_requests_per_step} prompts x {recipe.rl_algorithm.group_size}, {recipe.rl_steps} steps, "
-          f"lr {recipe.rl_lr}, T {recipe.rl_temperature}; algorithm {recipe.rl_algorithm.model_dump(exclude_defaults=True)}"
+    algorithm = recipe.rl_algorithm
+    print(f"RL: {recipe.rl_requests_per_step} prompts x {algorithm.samples_per_prompt()}, {recipe.rl_steps} steps, "
+          f"lr {recipe.rl_lr}, T {recipe.rl_temperature}; {algorithm.type} {algorithm.model_dump(exclude_defaults=True)}"
           f"; env {recipe.rl_env_kwargs}")
     print("exact win+draw vs the random opponent, X / O / mean")
     print(f"teacher     {fmt(teacher)}")

@@ -26,6 +26,7 @@ from flows.common import FlowConfig, MultiNodeLaunchConfig
 from flows.rejection_sampling import RejectionSamplingConfig, rejection_sampling
 from flows.rl_train import RLTrainConfig, rl_train
 from flows.sft import SupervisedFinetuneConfig, sft
+from ludic_core.algorithms import GroupAlgorithmBase
 from ludic_core.bounds import MAX_EPISODES, MAX_GROUP, MAX_SEED, MAX_STEPS, bounded
 from ludic_core.compose.configs import AgentConfig
 from ludic_core.compose.policy import ModelPolicy, ScriptedPolicy, scripted_client
@@ -229,6 +230,9 @@ def rl_stage(cfg: DemoConfig, recipe: Recipe, sft_model: str) -> RLTrainConfig:
     lr and temperature."""
     algorithm = recipe.rl_algorithm
     if cfg.group_size is not None:
+        if not isinstance(algorithm, GroupAlgorithmBase):
+            raise ValueError(f"group_size {cfg.group_size}: the {recipe.name} recipe's RL algorithm "
+                             f"{algorithm.type!r} plays no groups")
         algorithm = algorithm.model_copy(update={"group_size": cfg.group_size})
     steps = cfg.rl_steps or recipe.rl_steps
     return RLTrainConfig(

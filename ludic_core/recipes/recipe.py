@@ -14,7 +14,7 @@ from pydantic import Field
 
 from ludic_core.bounds import MAX_BATCH, MAX_EPISODES, MAX_SEED, MAX_SEQ_LEN, MAX_STEPS, bounded
 from ludic_core.compose.configs import AgentConfig, BranchConfig, EnvConfig
-from ludic_core.config import RL_TRAINER, GRPOConfig
+from ludic_core.config import RL_TRAINER, AlgorithmConfig, GRPOConfig
 from ludic_core.frozen import FrozenModel
 from ludic_core.rejection import KeepRule
 
@@ -35,8 +35,8 @@ class Recipe(FrozenModel):
     sft_batch_size: int = bounded(64, ge=1, le=MAX_BATCH, description="examples per SFT step of the demo chain")
     rl_temperature: float = Field(1.0, gt=0.0, description="sampling temperature of RL rollouts")
     rl_steps: int = bounded(30, ge=1, le=MAX_STEPS, description="RL steps of the demo chain (generated batches)")
-    rl_algorithm: GRPOConfig = Field(GRPOConfig(group_size=8), description="the demo chain's RL algorithm: group "
-                                     "size, credit, rollout reuse, clipping")
+    rl_algorithm: AlgorithmConfig = Field(GRPOConfig(group_size=8), description="the demo chain's RL algorithm, "
+                                          "any the rl_train flow takes (GRPO's group size, credit, rollout reuse, ...)")
     rl_lr: float = Field(RL_TRAINER.lr, gt=0.0, description="learning rate of the demo chain's RL stage")
     rl_requests_per_step: int = bounded(8, ge=1, le=MAX_BATCH, description="prompts (env seeds) per RL step; "
                                         "each is played group_size times")

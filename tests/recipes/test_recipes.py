@@ -50,7 +50,10 @@ def test_tic_tac_toe_rl_reward_leaves_no_cheaper_way_out_than_a_legal_move():
     policy about to give value away learns to answer garbage or an occupied cell instead."""
     from ludic_core.envs.tic_tac_toe import TicTacToeEnv
 
+    from ludic_core.config import GRPOConfig
+
     recipe = get_recipe("tic_tac_toe")
+    assert isinstance(recipe.rl_algorithm, GRPOConfig)
     assert recipe.rl_algorithm.credit == "turn" and recipe.rl_algorithm.gamma == 0.0
     env = TicTacToeEnv(**recipe.rl_env.kwargs)
     env.env_reset(0)  # X (even seed) on a board where 7 gives the game away and a win weighs nothing
@@ -169,3 +172,24 @@ def test_each_stage_of_the_demo_trains_at_its_recipes_item_length():
         assert sft_trainer(cfg, recipe, 10).max_seq_len == rl_trainer(cfg, recipe).max_seq_len == expected
         assert rl_stage(cfg, recipe, "sft-model").trainer.max_seq_len == expected
     assert get_recipe("textarena").max_seq_len <= PRESETS[DemoConfig().preset].max_position_embeddings
+
+
+def test_a_recipe_takes_any_algorithm_the_rl_stage_takes_and_the_group_override_needs_groups():
+    """A recipe names its RL algorithm as rl_train does (by `type`), so a user's recipe (or
+    benchmarks/demo_rl.py) can run the demo's RL stage with CISPO or plain REINFORCE; the demo's
+    group_size override is refused, naming the algorithm, where there are no groups to size."""
+    from ludic_core.config import CISPOConfig, ReinforceConfig
+    from ludic_core.recipes.recipe import Recipe
+
+    base = get_recipe("tic_tac_toe")
+    data = base.model_dump()
+    recipe = Recipe.model_validate({**data, "rl_algorithm": {"type": "cispo", "group_size": 4}})
+    assert recipe.rl_algorithm == CISPOConfig(group_size=4)
+    assert rl_stage(DemoConfig(group_size=2), recipe, "m").algorithm == CISPOConfig(group_size=2)
+    plain = Recipe.model_validate({**data, "rl_algorithm": {"type": "reinforce"}})
+    assert isinstance(plain.rl_algorithm, ReinforceConfig)
+    assert rl_stage(DemoConfig(), plain, "m").algorithm == plain.rl_algorithm
+    with pytest.raises(ValueError, match="group_size 2: the tic_tac_toe recipe's RL algorithm 'reinforce' plays no groups"):
+        rl_stage(DemoConfig(group_size=2), plain, "m")
+    with pytest.raises(ValueError, match="rl_algorithm"):
+        Recipe.model_validate({**data, "rl_algorithm": {"type": "no_such_algorithm"}})
