@@ -81,7 +81,7 @@ def headline(recipe_name: str, m: dict[str, float]) -> float:
     return m["success_rate"]
 
 
-def parse_env_kwargs(items: list[str], error, flag: str = "--env-kwarg") -> dict:
+def parse_key_json(items: list[str], error, flag: str = "--env-kwarg") -> dict:
     """`FLAG KEY=JSON` items as a dict; `error(message)` (argparse's) on a bad one."""
     out = {}
     for kv in items:
@@ -344,7 +344,7 @@ def main() -> None:
     from ludic_core.inference import LocalChatClient
     from ludic_core.recipes.recipe import get_recipe
 
-    env_kwargs = parse_env_kwargs(args.env_kwarg, ap.error)
+    env_kwargs = parse_key_json(args.env_kwarg, ap.error)
     starts = dict(s.split("=", 1) for s in args.start)
     datasets = dict(s.split("=", 1) for s in args.data)
     if args.steps is not None and args.steps < 1:

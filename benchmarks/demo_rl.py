@@ -151,15 +151,15 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="CI: toy sizes in a temporary directory; measures nothing")
     args = ap.parse_args()
 
-    from algorithms import parse_env_kwargs  # this script's directory is on sys.path
+    from algorithms import parse_key_json  # this script's directory is on sys.path
     from ludic_core.envs.tic_tac_toe.exact import model_board_policy
     from ludic_core.recipes.recipe import get_recipe
 
-    sets = {**parse_env_kwargs(args.set, ap.error, "--set"), **(SMOKE_RL if args.smoke else {})}
-    algorithm = parse_env_kwargs(args.algorithm, ap.error, "--algorithm")
-    env_kwargs = parse_env_kwargs(args.env_kwarg, ap.error)
+    sets = {**parse_key_json(args.set, ap.error, "--set"), **(SMOKE_RL if args.smoke else {})}
+    algorithm = parse_key_json(args.algorithm, ap.error, "--algorithm")
+    env_kwargs = parse_key_json(args.env_kwarg, ap.error)
     recipe = variant(get_recipe(RECIPE), sets, algorithm, env_kwargs)
-    trainer = parse_env_kwargs(args.trainer, ap.error, "--trainer")
+    trainer = parse_key_json(args.trainer, ap.error, "--trainer")
     rl_stage_for(args.seeds[0], recipe, "<student>", Path("<out>"), trainer)  # a bad field fails before any stage
     # a smoke never writes into (or reuses the students of) a real run's directories
     with tempfile.TemporaryDirectory(prefix="ludic-demo-rl-smoke-") if args.smoke else contextlib.nullcontext() as tmp:

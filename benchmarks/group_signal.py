@@ -76,9 +76,9 @@ def main() -> None:
         ap.error("--start is required (or --smoke)")
     if args.groups < 1 or args.group_size < 2:
         ap.error(f"need --groups >= 1 and --group-size >= 2, got {args.groups} and {args.group_size}")
-    from algorithms import parse_env_kwargs, with_env_kwargs  # this script's directory is on sys.path
+    from algorithms import parse_key_json, with_env_kwargs  # this script's directory is on sys.path
 
-    recipe = with_env_kwargs(get_recipe(args.recipe), parse_env_kwargs(args.env_kwarg, ap.error))
+    recipe = with_env_kwargs(get_recipe(args.recipe), parse_key_json(args.env_kwarg, ap.error))
     with tempfile.TemporaryDirectory(prefix="ludic-group-signal-") as tmp:
         if not args.start:  # --smoke
             from ludic_core.models import build_tiny_model

@@ -39,7 +39,8 @@ class Recipe(FrozenModel):
                                           "any the rl_train flow takes (GRPO's group size, credit, rollout reuse, ...)")
     rl_lr: float = Field(RL_TRAINER.lr, gt=0.0, description="learning rate of the demo chain's RL stage")
     rl_requests_per_step: int = bounded(8, ge=1, le=MAX_BATCH, description="prompts (env seeds) per RL step; "
-                                        "each is played group_size times")
+                                        "each is played as many times as the algorithm samples a prompt "
+                                        "(GRPO: group_size)")
     max_seq_len: int = bounded(RL_TRAINER.max_seq_len, ge=2, le=MAX_SEQ_LEN,
                                description="tokens of one training item (prompt and reply): the demo chain's SFT and "
                                            "RL stages train at it")

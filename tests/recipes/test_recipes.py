@@ -48,9 +48,8 @@ def test_tic_tac_toe_rl_reward_leaves_no_cheaper_way_out_than_a_legal_move():
     """RL's reward is per move (the outcome weighs 0, credit per turn with gamma 0), so every
     way of not playing a legal move must cost more than the worst legal move: otherwise a
     policy about to give value away learns to answer garbage or an occupied cell instead."""
-    from ludic_core.envs.tic_tac_toe import TicTacToeEnv
-
     from ludic_core.config import GRPOConfig
+    from ludic_core.envs.tic_tac_toe import TicTacToeEnv
 
     recipe = get_recipe("tic_tac_toe")
     assert isinstance(recipe.rl_algorithm, GRPOConfig)
