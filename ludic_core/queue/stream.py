@@ -95,15 +95,20 @@ class SAWStream:
         """(entries added, backlog, pending), read in one MULTI/EXEC: an actor's XADD landing
         between separate reads made a report's produced count disagree with what it said was
         left (the trainer's end, with an actor's last round in flight). (0, 0, 0) before the
-        stream exists."""
-        if not self.client.exists(self.key):
-            return 0, 0, 0
+        stream exists (its existence is read in the same transaction: a stream deleted between a
+        separate EXISTS and the reads failed them)."""
         pipe = self.client.pipeline(transaction=True)
+        pipe.exists(self.key)
         pipe.xinfo_stream(self.key)
         pipe.xinfo_groups(self.key)
         pipe.xlen(self.key)
         pipe.xpending(self.key, self.group)
-        info, groups, length, pending = pipe.execute()
+        exists, info, groups, length, pending = pipe.execute(raise_on_error=False)
+        if not exists:
+            return 0, 0, 0
+        for reply in (info, groups, length, pending):
+            if isinstance(reply, Exception):  # e.g. NOGROUP: the trainer's group was never created
+                raise reply
         return int(info["entries-added"]), self._lag(groups, lambda: int(length)), int(pending["pending"])
 
     @property

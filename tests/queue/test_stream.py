@@ -90,6 +90,7 @@ def test_the_tally_adds_up_while_an_actor_writes(client, redis_server):
     import threading
 
     stream = SAWStream(client, key="t:tally")
+    assert stream.tally() == (0, 0, 0)  # no stream yet
     stream.ensure_group()
     assert stream.tally() == (0, 0, 0)
     stream.put_round("first", entries(6))
