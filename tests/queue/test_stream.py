@@ -120,6 +120,15 @@ def test_the_tally_adds_up_while_an_actor_writes(client, redis_server):
     assert all(added == 3 + backlog + pending for added, backlog, pending in tallies)
 
 
+def test_the_tally_of_a_stream_without_the_trainers_group_names_it(client):
+    from redis.exceptions import ResponseError
+
+    stream = SAWStream(client, key="t:nogroup")
+    stream.put_round("first", entries(2))  # an actor wrote before any trainer made its group
+    with pytest.raises(ResponseError, match="NOGROUP"):
+        stream.tally()
+
+
 def test_backpressure_and_trimming_never_drop_unconsumed_items(client):
     stream = SAWStream(client, key="t:bp", max_backlog=4)
     stream.ensure_group()
