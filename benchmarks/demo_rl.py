@@ -16,7 +16,8 @@ the `rl_train` flow) with the recipe's RL settings overridden:
 
 The students before and after RL, and the teacher, are scored exactly: expected win+draw against
 the random opponent with every opponent move enumerated (`ludic_core.envs.tic_tac_toe.exact`), as
-X / O / their mean, the measure the experiments pages report. The demo's 400 games estimate it to
+X / O / their mean, the measure the experiments pages report; so is the RL stage's last checkpoint
+before its end (its half-way step at the demo's two stages), which shows whether RL was still climbing. The demo's 400 games estimate it to
 about +-0.03; the exact score has no sampling noise (a run's own noise, ~0.02, remains).
 
     .venv/bin/python benchmarks/demo_rl.py [--seeds 0 1 2] [--set KEY=JSON ...]
@@ -51,7 +52,7 @@ RECIPE = "tic_tac_toe"  # the exact score is tic-tac-toe's
 RL_FIELDS = ("rl_steps", "rl_lr", "rl_requests_per_step", "rl_temperature", "rl_branch")
 #: --smoke: every stage runs, on a handful of games and steps
 SMOKE = {"teacher_episodes": 8, "sft_steps": 1}
-SMOKE_RL = {"rl_steps": 1, "rl_requests_per_step": 2}
+SMOKE_RL = {"rl_steps": 2, "rl_requests_per_step": 2}  # two steps: a checkpoint before the last
 
 
 def variant(recipe, sets: dict, algorithm: dict, env_kwargs: dict):
@@ -117,8 +118,9 @@ def rl_stage_for(seed: int, recipe, sft_model: str, out: Path, trainer: dict):
         raise SystemExit(f"the trainer settings given: {e}") from None
 
 
-def run_rl(seed: int, recipe, sft_model: str, out: Path, trainer: dict) -> tuple[str, float]:
-    """The demo's RL stage from `sft_model` into out/seedS: (the model after RL, seconds)."""
+def run_rl(seed: int, recipe, sft_model: str, out: Path, trainer: dict) -> tuple[str, float, tuple[int, str] | None]:
+    """The demo's RL stage from `sft_model` into out/seedS: (the model after RL, seconds, (step, model) of the
+    stage's last checkpoint before its end, or None where it made none)."""
     from flows.rl_train import rl_train
 
     cfg, stage = rl_stage_for(seed, recipe, sft_model, out, trainer)
@@ -130,7 +132,16 @@ def run_rl(seed: int, recipe, sft_model: str, out: Path, trainer: dict) -> tuple
     settings.write_text(json.dumps(wanted, indent=1))
     t = time.perf_counter()
     model = rl_train(stage)
-    return model, time.perf_counter() - t
+    seconds = time.perf_counter() - t
+    return model, seconds, earlier_checkpoint(model, stage.steps, stage.steps_per_stage)
+
+
+def earlier_checkpoint(final_model: str, steps: int, every: int) -> tuple[int, str] | None:
+    """(step, model dir) of the RL stage's last checkpoint before `steps` (one per `every` steps, beside the
+    final model's: .../checkpoints/step_NNNNNNNN/model), or None: whether RL was still climbing."""
+    step = (steps - 1) // every * every
+    model = Path(final_model).parents[1] / f"step_{step:08d}" / "model"
+    return (step, str(model)) if step > 0 and model.is_dir() else None
 
 
 def fmt(s: dict[str, float]) -> str:
@@ -168,8 +179,9 @@ def main() -> None:
         rows = []
         for seed in args.seeds:
             sft_model = student(seed, students, args.smoke)
-            rl_model, seconds = run_rl(seed, recipe, sft_model, out, trainer)
+            rl_model, seconds, earlier = run_rl(seed, recipe, sft_model, out, trainer)
             rows.append({"seed": seed, "sft": exact(model_board_policy(sft_model)),
+                         "rl_earlier": earlier and {"step": earlier[0], **exact(model_board_policy(earlier[1]))},
                          "rl": exact(model_board_policy(rl_model)), "rl_seconds": seconds, "rl_model": rl_model})
         overrides = {**sets, **{f"{part}.{k}": v for part, given in (("algorithm", algorithm), ("env", env_kwargs),
                                                                      ("trainer", trainer)) for k, v in given.items()}}
@@ -184,9 +196,12 @@ def report(rows: list[dict], teacher: dict, recipe, out: Path, sets: dict) -> No
           f"; env {recipe.rl_env_kwargs}")
     print("exact win+draw vs the random opponent, X / O / mean")
     print(f"teacher     {fmt(teacher)}")
-    print(f"{'seed':<6}{'after SFT':>24}{'after RL':>24}{'RL - SFT':>10}{'RL - teacher':>14}{'RL s':>8}")
+    print(f"{'seed':<6}{'after SFT':>24}{'RL, earlier step':>30}{'after RL':>24}{'RL - SFT':>10}{'RL - teacher':>14}"
+          f"{'RL s':>8}")
     for r in rows:
-        print(f"{r['seed']:<6}{fmt(r['sft']):>24}{fmt(r['rl']):>24}{r['rl']['mean'] - r['sft']['mean']:>+10.3f}"
+        earlier = r["rl_earlier"]
+        at = f"{fmt(earlier)} at {earlier['step']}" if earlier else "-"
+        print(f"{r['seed']:<6}{fmt(r['sft']):>24}{at:>30}{fmt(r['rl']):>24}{r['rl']['mean'] - r['sft']['mean']:>+10.3f}"
               f"{r['rl']['mean'] - teacher['mean']:>+14.3f}{r['rl_seconds']:>8.0f}")
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({"teacher": teacher, "rows": rows, "overrides": sets,

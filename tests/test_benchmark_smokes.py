@@ -67,7 +67,7 @@ SMOKES = [  # seconds: two runs on the 2-core machine beside other jobs
     smoke("pipeline_rl.py", marks=(heavy, redis), timeout=600),  # 92 s: rl_train + two pipelines
     smoke("grpo_step.py", marks=heavy),             # 30 s warm, +25 s for the 2-step warm start (multi_turn's, cached)
     smoke("algorithms.py", marks=heavy),            # 43 s warm, 80 s cold: the demo's stages (cached), then 2 cells
-    smoke("demo_rl.py", marks=heavy),               # 35-63 s: toy SFT and RL stages (flows), three exact scores
+    smoke("demo_rl.py", marks=heavy),               # 35-63 s: toy SFT and RL stages (flows), four exact scores
     smoke("time_to_target.py", marks=heavy, timeout=600,  # 25-35 s warm, +~90 s for its cached warm start
           also=("contestant", "ratio (ludic seconds to target / TRL's")),  # (was test_benchmark_time_to_target's)
     smoke("inference_server.py", marks=(heavy, vllm), timeout=600),  # 106 s: one vLLM server (two: 253 s)
