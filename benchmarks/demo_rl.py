@@ -16,9 +16,10 @@ the `rl_train` flow) with the recipe's RL settings overridden:
 
 The students before and after RL, and the teacher, are scored exactly: expected win+draw against
 the random opponent with every opponent move enumerated (`ludic_core.envs.tic_tac_toe.exact`), as
-X / O / their mean, the measure the experiments pages report; so is the RL stage's last checkpoint
-before its end (its half-way step at the demo's two stages), which shows whether RL was still climbing. The demo's 400 games estimate it to
-about +-0.03; the exact score has no sampling noise (a run's own noise, ~0.02, remains).
+X / O / their mean, the measure the experiments pages report. The demo's 400 games estimate it to
+about +-0.03; the exact score has no sampling noise (a run's own noise, ~0.02, remains). The RL
+stage's last checkpoint before its end (its half-way step: the demo's RL runs in two stages) is
+scored too: whether RL was still climbing.
 
     .venv/bin/python benchmarks/demo_rl.py [--seeds 0 1 2] [--set KEY=JSON ...]
         [--algorithm KEY=JSON ...] [--env-kwarg KEY=JSON ...] [--trainer KEY=JSON ...]
