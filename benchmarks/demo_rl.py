@@ -139,7 +139,8 @@ def run_rl(seed: int, recipe, sft_model: str, out: Path, trainer: dict) -> tuple
 
 def earlier_checkpoint(final_model: str, steps: int, every: int) -> tuple[int, str] | None:
     """(step, model dir) of the RL stage's last checkpoint before `steps` (one per `every` steps, beside the
-    final model's: .../checkpoints/step_NNNNNNNN/model), or None: whether RL was still climbing."""
+    final model's: .../checkpoints/step_NNNNNNNN/model), or None where there is none. Its score beside the
+    final one says whether RL was still climbing."""
     step = (steps - 1) // every * every
     model = Path(final_model).parents[1] / f"step_{step:08d}" / "model"
     return (step, str(model)) if step > 0 and model.is_dir() else None
