@@ -134,16 +134,18 @@ def run_rl(seed: int, recipe, sft_model: str, out: Path, trainer: dict) -> tuple
     t = time.perf_counter()
     model = rl_train(stage)
     seconds = time.perf_counter() - t
-    return model, seconds, earlier_checkpoint(model, stage.steps, stage.steps_per_stage)
+    return model, seconds, earlier_checkpoint(model)
 
 
-def earlier_checkpoint(final_model: str, steps: int, every: int) -> tuple[int, str] | None:
-    """(step, model dir) of the RL stage's last checkpoint before `steps` (one per `every` steps, beside the
-    final model's: .../checkpoints/step_NNNNNNNN/model), or None where there is none. Its score beside the
-    final one says whether RL was still climbing."""
-    step = (steps - 1) // every * every
-    model = Path(final_model).parents[1] / f"step_{step:08d}" / "model"
-    return (step, str(model)) if step > 0 and model.is_dir() else None
+def earlier_checkpoint(final_model: str) -> tuple[int, str] | None:
+    """(step, model dir) of the RL stage's last complete checkpoint before the final one (beside it:
+    CHECKPOINTS/step_N/model), or None where there is none. Its score beside the final one says whether RL
+    was still climbing."""
+    from ludic_core.training.checkpoint import complete_checkpoints
+
+    final = Path(final_model).parent
+    earlier = [(step, p) for step, p in complete_checkpoints(final.parent) if p.name != final.name]
+    return (earlier[-1][0], str(earlier[-1][1] / "model")) if earlier else None
 
 
 def fmt(s: dict[str, float]) -> str:

@@ -64,8 +64,8 @@ from ludic_core.training.checkpoint_state import (
 )
 from ludic_core.training.distributed import DistContext, all_gather_json, broadcast_object_json
 
-__all__ = ["CheckpointCorrupt", "latest_checkpoint", "load_checkpoint", "load_model_weights", "save_checkpoint",
-           "verified_checkpoint"]
+__all__ = ["CheckpointCorrupt", "complete_checkpoints", "latest_checkpoint", "load_checkpoint", "load_model_weights",
+           "save_checkpoint", "verified_checkpoint"]
 
 _STEP_DIR = re.compile(r"^step_(\d{8})$")
 _REQUIRED = REQUIRED
@@ -228,8 +228,14 @@ def latest_checkpoint(root: str | Path) -> Path | None:
         name = latest.read_text().strip()
         if _STEP_DIR.match(name) and _is_complete(root / name):
             return root / name
-    complete = [p for _, p in _step_dirs(root) if _is_complete(p)]
-    return complete[-1] if complete else None
+    complete = complete_checkpoints(root)
+    return complete[-1][1] if complete else None
+
+
+def complete_checkpoints(root: str | Path) -> list[tuple[int, Path]]:
+    """(step, dir) of every complete `ROOT/step_*`, oldest first (none where ROOT is missing)."""
+    root = Path(root)
+    return [(step, p) for step, p in _step_dirs(root) if _is_complete(p)] if root.is_dir() else []
 
 
 def _names_one(p: Path) -> bool:

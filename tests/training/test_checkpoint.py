@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llama
 
 from ludic_core.training import checkpoint
 from ludic_core.training.checkpoint import (
+    complete_checkpoints,
     latest_checkpoint,
     load_checkpoint,
     load_model_weights,
@@ -120,6 +121,9 @@ def test_crashed_save_is_ignored_and_cleaned_and_old_ones_pruned(tiny_model_dir,
     (tmp_path / "latest").write_text("step_00000007\n")
     (tmp_path / "step_00000008.tmp-0badf00d").mkdir()
     assert latest_checkpoint(tmp_path) == tmp_path / "step_00000003"
+    (tmp_path / "step_00000005" / "model").mkdir(parents=True)  # a step dir without its files: not complete
+    assert complete_checkpoints(tmp_path) == [(2, tmp_path / "step_00000002"), (3, tmp_path / "step_00000003")]
+    assert complete_checkpoints(tmp_path / "missing") == []
 
 
 def test_missing_or_partial_checkpoint_raises(tiny_model_dir, tmp_path, ctx):
